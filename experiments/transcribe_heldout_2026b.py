@@ -15,8 +15,8 @@ file holds, read from the sources' own files:
 
 Every row's step time is derived by the stated formula gbs x seq / (tokens/s/GPU x GPUs);
 unstated flags are the configs of the commit the source names (read below, cited in each
-row's notes). Rows whose precision the catalog has no name for carry a ``skip_reason``
-(recorded as printed, not evaluated)."""
+row's notes). The float8 rowwise rows read as ``fp8-rowwise`` (docs/calibration.md §5.147;
+until then they carried a ``skip_reason``)."""
 from __future__ import annotations
 
 import json
@@ -135,12 +135,12 @@ def torchtitan_async_tp(repo: str) -> list[dict]:
                         "(parallelism.enable_async_tensor_parallel) is 'only effective when "
                         "compile is enabled' (config_manager.py at 820504e). "
                         + (ASYNC_NOTE if tag == "asynctp" else "") + COMPILE_NOTE)}
-                if q == "fp8rw":
-                    row["skip_reason"] = (
-                        "float8 rowwise scaling (torchao Float8LinearRecipeName.ROWWISE) is not "
-                        "a precision of the catalog (fp8 delayed / current per-tensor, "
-                        "blockwise, mxfp8, nvfp4); the source flags its vanilla-TP figure as a "
-                        "known slowdown (pytorch/torchtitan#1207)")
+                if q == "fp8rw":    # read as fp8-rowwise (docs/calibration.md §5.147)
+                    row["notes"] += (
+                        " The source flags the vanilla-TP float8 rowwise figure as a known "
+                        "slowdown (pytorch/torchtitan#1207: torchao's rowwise recipe also "
+                        "converted the small wk/wv linears; the auto filter that skips them, "
+                        "pytorch/ao#2410 and torchtitan#1319, landed after these runs).")
                 out.append(row)
     return out
 

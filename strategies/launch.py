@@ -48,6 +48,12 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     """Megatron-LM launch arguments (a ``torchrun … pretrain_gpt.py`` line)."""
     p, m, cl = job.plan, job.model, job.cluster
     notes: list[str] = []
+    from strategies.stacks.megatron import MEGATRON_CORE
+    from strategies.stacks.rules import precision_rule
+    why = precision_rule(MEGATRON_CORE, job.dtype)     # fp8-rowwise: no Megatron flag
+    if why is not None:
+        raise SpecError("--export", "megatron",
+                        f"cannot express this plan: --dtype {job.dtype}: {why}")
     if p.flushes > 1:     # the launch would run one flush: not the step that was costed
         raise SpecError("--export", "megatron", f"cannot express this plan: flushes="
                         f"{p.flushes}: Megatron-LM runs one pipeline schedule over a step's "

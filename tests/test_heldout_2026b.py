@@ -22,11 +22,9 @@ ROWS = load_reference(DATA)
 BY_ID = {r["id"]: r for r in ROWS}
 TITAN = [r for r in ROWS if r["id"].startswith("torchtitan_")]
 BRIDGE = [r for r in ROWS if r["id"].startswith("mbridge2606_")]
-#: rows the reader cannot run, and the words of the reason it gives
-UNRUN = {"torchtitan_2506_70b_256gpu_fp8rw_tp": "rowwise",
-         "torchtitan_2506_70b_256gpu_fp8rw_asynctp": "rowwise",
-         "torchtitan_2506_8b_64gpu_fp8rw_tp": "rowwise",
-         "torchtitan_2506_8b_64gpu_fp8rw_asynctp": "rowwise"}
+#: rows the reader cannot run, and the words of the reason it gives (none since the float8
+#: rowwise rows read as ``fp8-rowwise``, calibration §5.147)
+UNRUN: dict[str, str] = {}
 
 
 def test_file_loads_with_sources_and_the_stated_step_formula() -> None:
@@ -59,9 +57,9 @@ def test_every_runnable_row_builds_a_job_with_the_stated_plan() -> None:
         assert case.job.model.seq_length == r["model"]["seq_len"]
         assert case.measured_step_s == pytest.approx(r["derived"]["step_time_s"], rel=1e-4)
         built += 1
-    assert built == len(ROWS) - len(UNRUN) == 30
+    assert built == len(ROWS) - len(UNRUN) == 34
     cases = load_cases(DATA, tiers=None)
-    assert sum(c.job is not None for c in cases) == 30
+    assert sum(c.job is not None for c in cases) == 34
 
 
 @pytest.mark.parametrize("rid", [r["id"] for r in TITAN if r["id"] not in UNRUN])
@@ -72,7 +70,8 @@ def test_torchtitan_rows_run_under_torchtitan_with_their_switches(rid: str) -> N
     # the rows state torch.compile (plan.compile): the compiled profile (calibration.md §5.69)
     assert job.framework.name == "torchtitan-compile" and p.zero == 3 and p.schedule
     assert p.recompute == ("full" if r["plan"]["recompute"] == "full" else "op")
-    assert job.dtype == ("fp8-current" if "fp8" in rid else "bf16")
+    assert job.dtype == ("fp8-rowwise" if "fp8rw" in rid else
+                         "fp8-current" if "fp8" in rid else "bf16")
     assert p.sp == (p.tp > 1)
     # the stated async TP is taken as stated: torchtitan runs plan tp_comm_overlap as async TP
     # (docs/calibration.md §5.50), the vanilla rows without it

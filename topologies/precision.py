@@ -17,6 +17,18 @@ One row per name a public run uses. Units: bytes per element.
   own amax, computed inside the cast kernel; the tiles run along K, so a tensor used with K
   on both of its axes (an activation in the forward and in the weight gradient) is cast
   twice, row-wise and column-wise.
+- ``fp8-rowwise``: torchao's float8 rowwise recipe (``Float8LinearConfig.from_recipe_name(
+  ROWWISE)``, torchtitan ``--float8.recipe_name rowwise``; pytorch/ao 6243040
+  ``torchao/float8/config.py``): e4m3 for inputs, weights and gradients, one fp32 scale per
+  row along the GEMM's K (``ScalingGranularity.AXISWISE``), rounded down to a power of two
+  (``round_scales_to_power_of_2=True``); operands 1 B, the scales 4 B per row
+  (``Precision.scale_bytes``, priced per GEMM by ``strategies.cost.rowwise_casts``). The
+  amax of a row is a reduction inside the cast's own kernel (no amax pass, no all-reduce of
+  a whole tensor's amax); a tensor whose other axis is K in the weight gradient is cast a
+  second time from its bf16 copy along that axis (a column reduction: an amax kernel, then
+  the cast: ``Precision.column_cast_bytes``). Only torchao runs it; it communicates in bf16
+  (torchtitan ``docs/float8.md``: "For float8 with rowwise scaling, all distributed
+  communication is done in high precision"; ``Precision.gathers_quantised`` False).
 - ``mxfp8``: OCP MX block scaling, 32 elements share an E8M0 scale (TE
   ``MXFP8BlockScaling``): operands 1 + 1/32 B, blocks along K, so a row-wise and a
   column-wise copy, as ``fp8-blockwise``.
@@ -76,12 +88,15 @@ from topologies.errors import SpecError
 class Precision:
     """``rate``: the key of ``GPU.peak_flops`` the GEMMs run at; ``operand_bytes``: bytes per
     GEMM input element (scales included); ``scaling``: ``"none"`` (16-bit, no casts),
-    ``"delayed"``, ``"current"`` (per-tensor) or ``"block"`` (a scale per block along K);
+    ``"delayed"``, ``"current"`` (per-tensor), ``"row"`` (a scale per row along K) or
+    ``"block"`` (a scale per block along K);
     ``block_format``: the block-scaled format the tensor cores must support (None: none
-    needed); ``megatron``: the Megatron-LM flags that select it; ``amax_pass``: the recipe
+    needed); ``megatron``: the Megatron-LM flags that select it (empty: Megatron has none);
+    ``amax_pass``: the recipe
     needs the amax of the whole tensor before it casts any element; ``producer_amax``: a
     norm or activation kernel can compute that amax in passing (False for nvfp4, whose
-    column-wise amax is of the Hadamard-transformed tensor; module doc)."""
+    column-wise amax is of the Hadamard-transformed tensor; module doc); ``scale_bytes``:
+    bytes of one row's scale where the recipe scales per row (``"row"``), else 0."""
 
     name: str
     rate: str
@@ -91,6 +106,29 @@ class Precision:
     megatron: tuple[str, ...]
     amax_pass: bool = False
     producer_amax: bool = True
+    scale_bytes: float = 0.0
+
+    @property
+    def row_scaled(self) -> bool:
+        """One scale per row along K (``scaling == "row"``, torchao's rowwise recipe): each
+        GEMM casts its operands itself from bf16, along its own K (module doc)."""
+        return self.scaling == "row"
+
+    @property
+    def gathers_quantised(self) -> bool:
+        """Tensor- and data-parallel gathers carry the quantised tensor (TE's quantised
+        all-gathers, torchao's tensorwise float8 TP and FSDP2 all-gather); False in 16 bits
+        and for the rowwise recipe, whose collectives torchao leaves in bf16."""
+        return self.quantised and not self.row_scaled
+
+    def column_cast_bytes(self) -> float:
+        """HBM bytes per element of a rowwise cast along the tensor's leading (strided)
+        axis, the weight gradient's K for an activation or gradient and the data gradient's
+        K for a weight: an amax kernel reads the bf16 tensor (2; a reduction over the
+        non-contiguous axis cannot share a pass with the cast), the cast kernel reads it
+        again (2) and writes the fp8 copy (``operand_bytes``); 0 unless ``row_scaled``.
+        The scales' bytes are the caller's (``scale_bytes`` per reduced line)."""
+        return 4.0 + self.operand_bytes if self.row_scaled else 0.0
 
     @property
     def quantised(self) -> bool:
@@ -118,10 +156,16 @@ class Precision:
         operand_bytes - 2``), unless the recipe needs the whole tensor's amax first, in which
         case the producer computes the amax in passing and a cast kernel still reads its
         bf16 output (2 + the copies), or, where the producer cannot compute it
-        (``producer_amax`` False), the unfused bytes. 0 for 16-bit precisions."""
+        (``producer_amax`` False), the unfused bytes. Rowwise (``row_scaled``), a cast along
+        the contiguous K whose amax is its own kernel's row reduction: unfused the bf16 read
+        and the copies (2 + copies); fused, the copies beside the producer's bf16 output,
+        which the column-wise cast of the weight gradient still reads (``copies x
+        operand_bytes``). 0 for 16-bit precisions."""
         if not self.quantised:
             return 0.0
         written = copies * self.operand_bytes
+        if self.row_scaled:
+            return written if fused else 2.0 + written
         amax = 2.0 if self.amax_pass else 0.0
         if fused and not (self.amax_pass and not self.producer_amax):
             return 2.0 + written if self.amax_pass else written - 2.0
@@ -139,6 +183,7 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
        ("--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"), amax_pass=True),
     _P("fp8-blockwise", "fp8", 1.0 + 4 / 128, "block", None,
        ("--bf16", "--fp8-format e4m3", "--fp8-recipe blockwise")),
+    _P("fp8-rowwise", "fp8", 1.0, "row", None, (), scale_bytes=4.0),
     _P("mxfp8", "fp8", 1.0 + 1 / 32, "block", "mxfp8",
        ("--bf16", "--fp8-format e4m3", "--fp8-recipe mxfp8")),
     _P("nvfp4", "fp4", 0.5 + 1 / 16, "block", "nvfp4",

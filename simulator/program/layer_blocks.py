@@ -68,7 +68,8 @@ class LayerBlocks:
                 self.wait += [ep] if ep is not None else []
                 a2a = ep if ep is not None else a2a
             # its TP collectives after its all-to-all, in sequence (``_close_block``)
-            self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
+            self.tp_comm(n_tp, label, i, c, start, rc, cs.rerun_tp_exposed(nl, n_tp),
+                         after=a2a)
             if cs.tp_attn_rc > 0:   # MLA's recomputed up projections' gathers (§5.81)
                 self.rc_gathers(nl, label, i, c, rc, a2a)
             if cs.tp_attn_full_rc > 0:  # full recompute's rerun MLA gathers (§5.85)
@@ -178,7 +179,8 @@ class LayerBlocks:
                 self.compute(d, "backward", label, i, c, force=True)
                 self.wait = saved + reds
         self.tp_comm(n_tp, label, i, c, start, main,
-                     0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
+                     cs.tp_overlap_fwd_exposed if fwd else cs.tp_overlap_bwd_exposed,
+                     after=after, less=less,
                      attn=nl, fwd=fwd)
         rope_b = self._rope_b
         if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)

@@ -40,7 +40,18 @@ output-gradient all-gathers (its summed-dgrad reduce-scatters stay NCCL collecti
 ``FrameworkProfile.tp_overlap_bwd_exposed``), op-level recomputation's rerun all-gathers,
 full recomputation's forward less the reduce-scatter an early-stopping checkpoint does not
 rerun (``recompute.stopped_collectives``). Not charged: the barriers (a few per op, no
-public latency figure read here) and the sleep kernel (100 cycles)."""
+public latency figure read here) and the sleep kernel (100 cycles).
+
+Under torchao's rowwise recipe (``fp8-rowwise``) torchtitan runs regular TP, so each
+all-gather carries bf16 and its consumers are the casts (``torch.amax(abs(x), dim)`` and the
+scaling), not a matmul: ``micro_pipeline_tp``'s all-gather fusion finds no matmul consumer
+and leaves the gather a NCCL collective, while the forward's ``_scaled_mm -> reduce_scatter``
+fuses (pytorch/pytorch#149247 added rowwise scales to that pattern in March 2025;
+pytorch/pytorch#149990, open at the rows' torch of 2025-06-14: "the matmul-reduce-scatters
+were being fused properly ... however, the all-gather-matmul patterns were NOT being fused
+properly"). So every all-gather blocks as in plain TP (``overlap_exposed``: their half of a
+pass's collectives, forward and backward), and only the reduce-scatters' passes are
+charged (``fused_pass_time``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,6 +65,28 @@ from strategies.model import ModelSpec
 from topologies.precision import get_precision
 
 
+#: the all-gathers' share of a pass's TP collectives (all-gather / reduce-scatter pairs of
+#: the same bf16 bytes under the rowwise recipe)
+ALLGATHER_SHARE = 0.5
+
+
+def fuses_allgathers(dtype: str) -> bool:
+    """Async TP fuses the sequence-parallel all-gathers with their matmuls: False under the
+    rowwise recipe, whose gathered bf16 tensor feeds its casts (module doc)."""
+    return not get_precision(dtype).row_scaled
+
+
+def overlap_exposed(fw: FrameworkProfile, dtype: str) -> tuple[float, float]:
+    """(forward, backward) share of a layer's TP collectives that TP overlap leaves blocking
+    whole: the stack's backward share (``fw.tp_overlap_bwd_exposed``: async TP's summed-dgrad
+    reduce-scatters) and, under async TP where the all-gathers do not fuse
+    (``fuses_allgathers``), the all-gathers' ``ALLGATHER_SHARE`` of each pass (capped at 1)."""
+    bwd = float(fw.tp_overlap_bwd_exposed)
+    if fw.tp_overlap != "async-tp" or fuses_allgathers(dtype):
+        return 0.0, bwd
+    return ALLGATHER_SHARE, min(1.0, bwd + ALLGATHER_SHARE)
+
+
 def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, pairs: Num,
                     dtype: str, fw: FrameworkProfile,
                     hbm: float) -> tuple[Num, Num, Num, Num]:
@@ -65,12 +98,14 @@ def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, p
     ``2·pairs`` copies of ``2·S`` (the gathered tensors the weight gradients reshape). 0
     unless TP overlap runs as async TP (``fw.tp_overlap == "async-tp"``, ``tpo``, ``sp``,
     ``tp > 1``). ``pairs``: the layer's collective pairs (``stage.layers.tp_collectives_per_layer``);
-    ``b``: sequences per micro-batch."""
+    ``b``: sequences per micro-batch. No all-gather passes where the all-gathers do not
+    fuse (``fuses_allgathers``)."""
     on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & np.asarray(tpo, dtype=bool) \
         & (fw.tp_overlap == "async-tp")
     tp = np.asarray(tp, dtype=float)
     s = comm_bytes.tp_comm_bytes_fwd(m, b, cp) / hbm
-    ag = 2.0 * s * quantise.tp_allgather_bytes_factor(dtype, sp) / tp * on
+    ag = 2.0 * s * quantise.tp_allgather_bytes_factor(dtype, sp) / tp * on \
+        * fuses_allgathers(dtype)
     rs = s * (1.0 + 1.0 / tp) * on
     layout = 2.0 * s * (np.asarray(b) > 1) * (not get_precision(dtype).quantised) * on
     last = rcp.stopped_collectives(pairs, fw.recompute_early_stop)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import comm_bytes, elementwise_bytes
+from strategies.cost import async_tp, comm_bytes, elementwise_bytes
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
@@ -44,12 +44,14 @@ def tp_layout_copy_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Nu
     (``fw.recompute_early_stop``: nothing the backward needs reads that output). 0 without
     SP, tp = 1, on other stacks, and under async TP (``tpo``: Inductor's micro-pipeline
     pass lays the fused matmuls' operands out for the gather/scatter dim,
-    ``restride_A_shard_for_fused_all_gather_matmul``).
+    ``restride_A_shard_for_fused_all_gather_matmul``), but for the all-gathers async TP
+    leaves unfused (``async_tp.fuses_allgathers``: the rowwise recipe's, §5.147).
     docs/calibration.md §5.80."""
-    on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) \
-        & ~np.asarray(tpo, dtype=bool) & fw.tp_seq_dim_copies
+    base = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & fw.tp_seq_dim_copies
+    on = base & ~np.asarray(tpo, dtype=bool)
+    on_ag = on | (base & (not async_tp.fuses_allgathers(dtype)))
     x = 2.0 * comm_bytes.tp_comm_bytes_fwd(m, b, cp) / usable_hbm(gpu, system)   # read + write
-    ag = x * quantise.tp_allgather_bytes_factor(dtype, sp) * on       # one copy each
+    ag = x * quantise.tp_allgather_bytes_factor(dtype, sp) * on_ag    # one copy each
     rs = x * on
     last = rcp.stopped_collectives(pairs, fw.recompute_early_stop)
     fwd = pairs * (ag + rs)

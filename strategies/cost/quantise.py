@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost import rowwise_casts
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -140,8 +141,12 @@ def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
     (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` and
     ``mlp_unfused`` as there; ``gathered_transposes``: torchao's float8 TP,
-    ``gathered_transpose_bytes`` added to the backward); 0 in 16 bits."""
+    ``gathered_transpose_bytes`` added to the backward); 0 in 16 bits. torchao's rowwise
+    recipe casts each GEMM's operands itself, the weights included, every micro-batch
+    (``rowwise_casts.layer_cast_bytes``)."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
+    if p.row_scaled:
+        return rowwise_casts.layer_cast_bytes(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
     (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
     bwd = bf * fused + bu * unfused
@@ -179,10 +184,11 @@ def gathered_transpose_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gp
     full ``T·h`` size, a read and a write of ``operand_bytes`` each; the cast before the
     gather writes one copy of the local ``T·h/tp`` shard, not the ``copies − 1`` transposed
     ones ``cast_bytes`` charges there. Per gathered element ``operand_bytes·(2 − (copies −
-    1)/tp)``; 0 in 16 bits, for block formats (torchao's MX path is another code) and where
+    1)/tp)``; 0 in 16 bits, for block formats (torchao's MX path is another code), for the
+    rowwise recipe (torchtitan runs it under regular TP: nothing gathered in fp8) and where
     nothing is gathered (``gathered_transpose_elements``)."""
     p = get_precision(dtype)
-    if not p.quantised or p.block_scaled:
+    if not p.gathers_quantised or p.block_scaled:
         return 0.0
     c = gpu.cast_copies(dtype)
     e = gathered_transpose_elements(m, b, tp, cp, sp)
@@ -204,9 +210,10 @@ def tp_allgather_bytes_factor(dtype: str, sp: Num) -> Num:
     in a quantised precision (``gathered`` bytes per element: one copy for per-tensor
     scaling, both scalings for block formats; Transformer Engine gathers the quantised
     norm output, ``layernorm_linear.py`` ``gather_along_first_dim(..., quantizer=)``, and
-    its backward re-gathers the saved quantised shard the same way), 1 otherwise."""
+    its backward re-gathers the saved quantised shard the same way), 1 otherwise and for
+    torchao's rowwise recipe, which gathers bf16 (``Precision.gathers_quantised``)."""
     p = get_precision(dtype)
-    if not p.quantised:
+    if not p.gathers_quantised:
         return np.where(sp, 1.0, 1.0)
     gathered = (2 if p.block_scaled else 1) * p.operand_bytes
     return np.where(sp, gathered / 2.0, 1.0)
@@ -214,8 +221,11 @@ def tp_allgather_bytes_factor(dtype: str, sp: Num) -> Num:
 
 def weight_copy_bytes(dtype: str, gpu: GPU | None = None) -> float:
     """Bytes per GEMM weight of its cached quantised copies (``copies x operand_bytes``;
-    ``gpu`` None: a chip that reads either layout); 0 in 16 bits."""
+    ``gpu`` None: a chip that reads either layout); 0 in 16 bits and for the rowwise
+    recipe, which casts the bf16 weight inside each GEMM's call and keeps no copy."""
     p = get_precision(dtype)
+    if p.row_scaled:
+        return 0.0
     return p.copies(bool(gpu is not None and gpu.fp8_tn_only)) * p.operand_bytes
 
 
@@ -230,8 +240,12 @@ def weight_cast_passes(per_forward: Num, microbatches: Num, recompute: Num) -> N
 
 def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:
     """HBM bytes to quantise ``weights`` GEMM weights once per step (bf16 read, the copies
-    written, the amax pass where the recipe needs one); 0 in 16 bits."""
+    written, the amax pass where the recipe needs one); 0 in 16 bits and for the rowwise
+    recipe (its weights are cast per micro-batch with the layer's GEMMs,
+    ``rowwise_casts``)."""
     p = get_precision(dtype)
+    if p.row_scaled:
+        return 0.0 * np.asarray(weights, dtype=float)
     return weights * p.cast_bytes(gpu.cast_copies(dtype), False)
 
 

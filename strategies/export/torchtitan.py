@@ -39,9 +39,12 @@ from strategies.layout.grammar import EMBEDDING, LAYER, LOSS, MTP
 
 RELEASE = "v0.2.2"
 #: torchtitan's model converters and quantisation sections for our precisions (``--dtype``);
-#: torchao's float8 training has dynamic (current) per-tensor scaling, "tensorwise"
+#: torchao's float8 training has dynamic (current) per-tensor scaling, "tensorwise", and per-row
+#: scaling, "rowwise"
 QUANTISE = {
     "fp8-current": ("quantize.linear.float8", {"recipe_name": "tensorwise"}),
+    # v0.2.2 config/job_config.py Float8Linear.recipe_name "rowwise" (§5.147)
+    "fp8-rowwise": ("quantize.linear.float8", {"recipe_name": "rowwise"}),
     "mxfp8": ("quantize.linear.mx", {"recipe_name": "mxfp8_cublas"}),
 }
 #: the precisions the profile runs (``TORCHTITAN.precisions``, torchtitan 2024) that this

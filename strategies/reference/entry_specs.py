@@ -93,16 +93,24 @@ def entry_cluster(c: dict) -> tuple[Cluster, list[str]]:
     return cluster_from_mapping(spec), notes
 
 
+#: words of a run's precision text that name torchao's rowwise recipe (``entry_dtype``)
+ROWWISE_WORDS = ("rowwise", "row-wise", "per-row")
+
+
 def entry_dtype(c: dict) -> str:
-    """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
-    scaling (``fp8-current``), fp8 with block-wise scaling (``fp8-blockwise``: DeepSeek-V3's
-    1x128 / 128x128 tiles), other fp8 (delayed scaling), fp16, else bf16."""
+    """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with one
+    scale per row (``fp8-rowwise``: torchao's rowwise recipe, "rowwise"/"row-wise"/"per-row"),
+    fp8 with current scaling (``fp8-current``), fp8 with block-wise scaling
+    (``fp8-blockwise``: DeepSeek-V3's 1x128 / 128x128 tiles), other fp8 (delayed scaling),
+    fp16, else bf16."""
     prec = str(c.get("precision") or "").lower()
     if "nvfp4" in prec:
         return "nvfp4"
     if "mxfp8" in prec:
         return "mxfp8"
     if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
+        if any(w in prec for w in ROWWISE_WORDS):
+            return "fp8-rowwise"
         if "current" in prec:
             return "fp8-current"
         blockwise = ("blockwise", "block-wise", "fine-grained", "deepseek")

@@ -40,7 +40,9 @@ JAX_XLA = FrameworkProfile(
                      "te_fp8_delayedscaling, te_fp8_currentscaling, te_mxfp8, te_nvfp4 "
                      "(Transformer Engine recipes through JAX, layers/quantizations.py)",
     precision_notes=(("fp8-blockwise", "MaxText's quantization has no Transformer Engine "
-                                       "blockwise (1x128/128x128) recipe"),),
+                                       "blockwise (1x128/128x128) recipe"),
+                     ("fp8-rowwise", "MaxText's quantization has no per-row recipe (torchao's "
+                                     "rowwise is torchtitan's: --framework torchtitan)")),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
                    "the pipeline",

@@ -13,6 +13,11 @@ from strategies.stacks.plan_defaults import StackFieldDefaults
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 from topologies.precision import DTYPES
 
+#: why a Transformer Engine stack refuses ``fp8-rowwise`` (``topologies.precision``)
+TORCHAO_ROWWISE_NOTE = ("Transformer Engine's recipes scale per tensor or per block (Megatron "
+                        "--fp8-recipe delayed|tensorwise|blockwise|mxfp8); the per-row recipe "
+                        "is torchao's, which torchtitan runs (--framework torchtitan)")
+
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021", dp_bucket=MODEL_BUCKET,
     description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "
@@ -32,7 +37,8 @@ MEGATRON_LM_2021 = FrameworkProfile(
                      "mixed precision with megatron/optimizer's loss scaler)",
     precision_notes=tuple((d, "fp8 and fp4 came with Transformer Engine (2023 on): use "
                               "--framework megatron-core")
-                          for d in DTYPES if d not in ("fp16", "bf16")),
+                          for d in DTYPES if d not in ("fp16", "bf16", "fp8-rowwise"))
+    + (("fp8-rowwise", TORCHAO_ROWWISE_NOTE),),
     default_sources=(
         ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
                        "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
@@ -72,6 +78,8 @@ TE_CAUSAL_MASK_BYTES = 4.0 + 2 * (4 + 4) + 2 * ((4 + 1) + (1 + 8)) + (16 + 8) + 
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
+    precisions=tuple(d for d in DTYPES if d != "fp8-rowwise"),
+    precision_notes=(("fp8-rowwise", TORCHAO_ROWWISE_NOTE),),
     description="Megatron-Core / NeMo 2023+ with Transformer Engine: fused kernels, "
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,

@@ -39,6 +39,8 @@ PYTORCH_EAGER = FrameworkProfile(
     precision_source="Composer's precision amp_bf16, amp_fp16 or amp_fp8 "
                      "(composer/core/precision.py); amp_fp8 is Transformer Engine's "
                      "fp8_autocast with its default DelayedScaling recipe",
+    precision_notes=(("fp8-rowwise", "torchao's float8 rowwise recipe is torchtitan's "
+                                     "(--framework torchtitan)"),),
     pipeline_split="no pipeline parallelism",
     # FSDP1 with Composer's MixedPrecision over an fp32 model: FSDP2's state layout (the fp32
     # shard is the master, no persistent bf16 shard, the root kept gathered; the field's
@@ -178,12 +180,14 @@ TORCHTITAN = replace(
     # 9dec370 models/llama/model.py:158-163 wq/wk/wv and 248-253 w1/w3 are separate
     # nn.Linear (v0.2.2 models/llama3/model/model.py the same), §5.142
     separate_projections=True,
-    precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
+    precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "fp8-rowwise", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "
                      "torchao removed it in 2025, delayed scaling (torchtitan 2024 "
                      "float8.scaling_type_input dynamic|delayed, the torchtitan paper's "
-                     "runs); quantize.linear.mx mxfp8 (v0.2.2 components/quantization/mx.py)",
+                     "runs); float8.recipe_name rowwise (fp8-rowwise: 820504e "
+                     "components/quantization/float8.py Float8LinearConfig.from_recipe_name); "
+                     "quantize.linear.mx mxfp8 (v0.2.2 components/quantization/mx.py)",
     precision_notes=(
         ("fp16", "torchtitan's mixed precision is bfloat16 or float32 "
                  "(training.mixed_precision_param)"),

@@ -98,7 +98,7 @@ class StageCostArrays:
     gather_last: np.ndarray
     bucket_params: np.ndarray     # DP gradient bucket, parameters (SystemConfig.dp_bucket_params)
     tp_overlap_chunks: int
-    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
+    tp_overlap_bwd_exposed: float  # async_tp.overlap_exposed: FrameworkProfile's, or 1 rowwise
     cp_exposed_fraction: float
     # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
     # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
@@ -124,6 +124,9 @@ class StageCostArrays:
     cp_stall_fwd: np.ndarray = 0.0
     cp_stall_bwd: np.ndarray = 0.0
     cp_torch: bool = False
+    # the forward's share of the TP collectives TP overlap leaves blocking whole
+    # (``async_tp.overlap_exposed``: the rowwise recipe's all-gathers under async TP)
+    tp_overlap_fwd_exposed: float = 0.0
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
     # the routed experts' part of ``params_*``: their gradients are reduced over the

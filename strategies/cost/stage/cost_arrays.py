@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.cost import attention_time, comm_bytes, embedding_head_time, ep_dispatch
+from strategies.cost import async_tp, attention_time, comm_bytes, embedding_head_time, ep_dispatch
 from strategies.cost import gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
@@ -67,6 +67,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     st_f, st_b = ring.torch_ring_stalls(m, b, tp, cp, a_f, a_b, cl, fw.cp_kv_heads) \
         if torch_cp else (0.0, 0.0)
     st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
+    ex_f, ex_b = async_tp.overlap_exposed(fw, dtype)   # TP overlap's blocking shares
 
     return StageCostArrays(
         layer_fwd=full(lt.fwd + md_f), layer_bwd=full(lt.bwd + md_b),
@@ -84,7 +85,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         # the stack's bucket rule at each plan's dp (docs/calibration.md §5.86)
         bucket_params=stack_system(fw, sy).dp_bucket_params(dp) + zeros,
         tp_overlap_chunks=int(sy.tp_overlap_chunks),
-        tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
+        tp_overlap_fwd_exposed=ex_f, tp_overlap_bwd_exposed=ex_b,
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         **zero3_fields(si),

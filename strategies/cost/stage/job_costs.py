@@ -48,6 +48,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         grad_bytes=arrays.grad_bytes, bucket_params=f("bucket_params"),
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
+        tp_overlap_fwd_exposed=arrays.tp_overlap_fwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
         gather_by_stage=tuple(stage("gather", s) for s in range(pp)),

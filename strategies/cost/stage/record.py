@@ -66,7 +66,7 @@ class StageCosts:
     grad_bytes: float
     bucket_params: float
     tp_overlap_chunks: int
-    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
+    tp_overlap_bwd_exposed: float  # async_tp.overlap_exposed: FrameworkProfile's, or 1 rowwise
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
@@ -93,6 +93,7 @@ class StageCosts:
     cp_stall_fwd: float = 0.0           # PyTorch's ring attention: network waits per layer
     cp_stall_bwd: float = 0.0           # (StageCostArrays)
     cp_torch: bool = False
+    tp_overlap_fwd_exposed: float = 0.0  # StageCostArrays.tp_overlap_fwd_exposed
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
@@ -151,6 +152,15 @@ class StageCosts:
             return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
+
+    def rerun_tp_exposed(self, nl: float, n_tp: float) -> float:
+        """Share of a recomputation's ``n_tp`` TP collectives (``chunk_recompute_comm`` of
+        ``nl`` layers) that TP overlap leaves blocking whole: the rerun forward's all-gathers
+        where async TP does not fuse them (``tp_overlap_fwd_exposed`` of each layer's
+        forward collectives: op SAC and full recomputation rerun every all-gather), else 0."""
+        if n_tp <= 0 or self.tp_overlap_fwd_exposed <= 0:
+            return 0.0
+        return min(1.0, nl * self.tp_overlap_fwd_exposed * self.tp_per_layer_fwd / n_tp)
 
     @property
     def w_share(self) -> float:

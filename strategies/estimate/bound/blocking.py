@@ -31,6 +31,7 @@ def block_comm(cl: Cluster, sc: StageCostArrays, tp: ArrayLike, cp: ArrayLike, e
     # the backward's share TP overlap leaves unfused blocks whole (tp_overlap_bwd_exposed)
     s = sc.tp_overlap_bwd_exposed
     tau_b = s * tau_raw + (1 - s) * tau
+    tau_f = sc.tp_overlap_fwd_exposed * tau_raw + (1 - sc.tp_overlap_fwd_exposed) * tau
     moe = (ep > 1) & (sc.ep_bytes > 0)
     a2a = np.where(moe, a2a_floor(cl, sc.ep_bytes, ep, etp, sc.ep_remote_scale), 0.0)
     # expert TP: one all-gather and one reduce-scatter over the etp consecutive ranks
@@ -78,5 +79,5 @@ def block_comm(cl: Cluster, sc: StageCostArrays, tp: ArrayLike, cp: ArrayLike, e
         # less the input-gradient reductions their weight gradients hide, at the floor
         # (``down_reduce_hidden``, §5.99; ``t_red`` 0 where blocking)
         dn_b = np.maximum(dn_b - down_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f + cp_f,
+    return (np.maximum(n_f * tau_f - over * saved_f, 0.0) + a2a + etp_c + dn_f + cp_f,
             tp_b + a2a + etp_c + dn_b + cp_b + rg, tau)

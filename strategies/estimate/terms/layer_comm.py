@@ -67,9 +67,13 @@ def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
         """Contention-free seconds of collective ``kind`` of ``nbytes`` over the tp group."""
         return cm.collective_time(kind, nbytes, tp, 1, cl)
     tp_raw = tp_raw - np.where(tp > 1, attn_saved(sc, sp, t_tp), 0.0)
-    # with overlap, the stack's unfused share of the backward's collectives stays exposed
-    # (``FrameworkProfile.tp_overlap_bwd_exposed``: async TP's summed-dgrad reduce-scatters)
-    tp_out = sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd * t_ar
+    # with overlap, the stack's unfused share of the collectives stays exposed
+    # (``async_tp.overlap_exposed``: async TP's summed-dgrad reduce-scatters, and under the
+    # rowwise recipe its all-gathers)
+    # rowwise recipe, and its rerun forward's too: ``StageCosts.rerun_tp_exposed``)
+    tp_out = (sc.tp_overlap_fwd_exposed * sc.tp_per_layer_fwd
+              * (1.0 + (sc.tp_per_layer_recompute > 0))
+              + sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd) * t_ar
     tp_hidden = np.maximum(tp_raw - tp_out
                            - (3 + np.where(rc == 2, sc.tp_per_layer_recompute / 2, 0.0))
                            * sc.gemm_fwd,
