@@ -1,0 +1,474 @@
+#!/usr/bin/env python
+"""Transcribe the published training runs of NVIDIA's hybrid Mamba-2 models (Nemotron-H,
+Nemotron 3 Nano / 3.5 Lightning / Super / Ultra: ``model_type: nemotron_h``) into the held-out
+reference file ``strategies/reference/data/hybrid_2026.json`` (docs/calibration.md §5.148):
+
+    python experiments/transcribe_hybrid.py [BRIDGE] [DGXC] [AUTOMODEL]
+
+(mirrors or clones with history of NVIDIA-NeMo/Megatron-Bridge, NVIDIA/dgxc-benchmarking,
+NVIDIA-NeMo/Automodel; default: the /work/.mirror copies). Sources:
+
+* Megatron-Bridge ``docs/performance-summary.md`` (26.08 container) and
+  ``docs/performance-summary-archive.md`` (26.06.01 back to 26.02.01): every Nemotron 3 row;
+  a layout (model, system, GPUs, precision, batch, sizes) is transcribed once, from the newest
+  container that prints it, the older containers' figures of it kept under ``history``. The
+  recipe switches of each row: the 26.08 rows from ``src/megatron/bridge/perf_recipes/
+  nemotronh/`` at the table's commit (``bridge_recipe_trace.trace``, each with file:line), the
+  older ones from the ``WorkloadBaseConfig`` of the container's Megatron-Bridge tag.
+* dgxc-benchmarking v25.05.05 ``nemotronh/README.md``: Nemotron-H 56B FP8 on H100, the
+  columns ``experiments/transcribe_dgxc.py`` skipped (its ``NOT_MODELLED``), under that
+  script's rule (one configuration row per column, printed tokens/s within 1 % of
+  gbs x seq / printed step time).
+* Automodel ``docs/performance-summary.mdx``: the "Nemotron V3" rows
+  ``experiments/transcribe_automodel.py`` skipped (its ``SKIP_MODELS``).
+
+The model configs: ``experiments/hybrid_models.py``. Every step time is the printed one or
+gbs x seq / (tokens/s/GPU x GPUs). Output: sorted keys, deterministic, written atomically.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.bridge_recipe_trace import git_show, literal, trace, workload_configs  # noqa: E402
+from experiments.hybrid_models import check_pattern, model_entry  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "strategies", "reference", "data", "hybrid_2026.json")
+MIRROR = "/work/.mirror/"
+BRIDGE_REF = "NVIDIA-NeMo/Megatron-Bridge"
+#: the commit that published the 26.08 table (docs: update performance summary for 26.08)
+BRIDGE_2608 = "4ab94dfad"
+#: the table's model -> hybrid_models key and the recipe function / config name stems
+BRIDGE_MODELS = {"Nemotron_3_Nano": ("nemotron-3-nano", "nemotron_3_nano", "NEMOTRON_3_NANO"),
+                 "Nemotron_3_5_Lightning": ("nemotron-3.5-lightning", "nemotron_3_5_lightning",
+                                            "NEMOTRON_3_5_LIGHTNING"),
+                 "Nemotron_3_Super": ("nemotron-3-super", "nemotron_3_super",
+                                      "NEMOTRON_3_SUPER"),
+                 "Nemotron_3_Ultra": ("nemotron-3-ultra", "nemotron_3_ultra",
+                                      "NEMOTRON_3_ULTRA")}
+#: (container, file, Megatron-Bridge tag of its recipes, why that tag), newest first
+CONTAINERS = (
+    ("26.08", "docs/performance-summary.md", BRIDGE_2608,
+     "the commit that published the table; no release notes name 26.08's Megatron-Bridge"),
+    ("26.06.01", "docs/performance-summary-archive.md", "v0.5.1",
+     "the last tag (2026-07-20) before the table's commit 381d0b825 (2026-07-21)"),
+    ("26.06", "docs/performance-summary-archive.md", "v0.5.0",
+     "docs/releases/software-versions.md, NeMo Framework 26.06"),
+    ("26.04.01", "docs/performance-summary-archive.md", "v0.4.2",
+     "as strategies/reference/bridge_recipes.py reads the 26.04.01 rows"),
+    ("26.04", "docs/performance-summary-archive.md", "v0.4.0",
+     "docs/releases/software-versions.md, NeMo Framework 26.04"),
+    ("26.02.01", "docs/performance-summary-archive.md", "v0.3.1",
+     "the last tag before 26.04 (not cited by any row: its layouts recur later)"))
+SYSTEMS = {
+    "DGX-GB300": ("GB300", "GB300 NVL72: 72 GPUs in one NVLink domain (1.8 TB/s per GPU), "
+                           "4 GPUs per compute tray"),
+    "DGX-GB200": ("GB200", "GB200 NVL72: 72 GPUs in one NVLink domain (1.8 TB/s per GPU), "
+                           "4 GPUs per compute tray"),
+    "DGX-B300": ("B300", "DGX B300 (8 GPUs per node, NVLink5), scale-out not stated"),
+    "DGX-B200": ("B200", "DGX B200 (8 GPUs per node, NVLink5), scale-out not stated"),
+    "DGX-H100": ("H100 SXM", "DGX H100 (8 GPUs per node, NVLink4), scale-out not stated")}
+PRECISION = {"MXFP8": ("mxfp8", "fp8mx", "FP8_MX"), "NVFP4": ("nvfp4", "nvfp4", "NVFP4"),
+             "FP8": ("fp8", "fp8cs", "FP8_CS"), "BF16": ("bf16", "bf16", "BF16")}
+STEP_HOW = "gbs x seq / (tokens/s/GPU x GPUs)"
+FORCED = ("NVIDIA force-balances the tokens among experts in these benchmarks, token-"
+          "dropless (the page's footnote)")
+
+
+def _git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def bridge_tables(md: str, container: str) -> list[dict[str, Any]]:
+    """The Nemotron rows of one container's pre-training tables in ``md`` (13 columns, or 14
+    with the FSDP column), each with its model heading and printed cells."""
+    head = f"## {container} NeMo Container"
+    if head not in md:
+        return []
+    sec = md.split(head, 1)[1].split("\n## ", 1)[0].split("### SFT", 1)[0]
+    out = []
+    for block in sec.split("#### Model: ")[1:]:
+        model = block.split("\n", 1)[0].strip()
+        if model not in BRIDGE_MODELS:
+            continue
+        for line in block.split("\n"):
+            c = _cells(line)
+            if not c[0].startswith("DGX-") or len(c) not in (13, 14):
+                continue
+            fsdp = c.pop(6) if len(c) == 14 else None
+            sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = c
+            out.append({"model": model, "system": sysn, "n": int(n), "prec": prec,
+                        "gbs": int(gbs), "mbs": int(mbs), "seq": int(seq), "tp": int(tp),
+                        "pp": int(pp), "cp": int(cp), "vp": None if vp == "n/a" else int(vp),
+                        "ep": 1 if ep == "n/a" else int(ep), "fsdp": fsdp,
+                        "tokens": int(tok), "tflops": int(re.match(r"\d+", tfl).group()),
+                        "footnote": re.findall(r"\[\^([\w-]+)\]", tfl),
+                        "container": container, "line": line.strip()})
+    return out
+
+
+def layout_key(r: dict[str, Any]) -> tuple:
+    return (r["model"], r["system"], r["n"], r["prec"], r["gbs"], r["mbs"], r["seq"], r["tp"],
+            r["pp"], r["cp"], r["vp"], r["ep"])
+
+
+def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The plan switches of a 26.08 row from its perf recipe (``trace``), with the notes
+    citing each; ({}, [why]) where no recipe function of the row's name exists or its
+    layout is not the row's."""
+    _, stem, _ = BRIDGE_MODELS[r["model"]]
+    gpu = SYSTEMS[r["system"]][0].split()[0].lower()
+    fn = f"{stem}_pretrain_{r['n']}gpu_{gpu}_{PRECISION[r['prec']][1]}_config"
+    base = "src/megatron/bridge/perf_recipes/nemotronh/"
+    files = {f"{base}{gpu}/nemotronh.py": git_show(repo, BRIDGE_2608, f"{base}{gpu}/nemotronh.py"),
+             f"{base}common.py": git_show(repo, BRIDGE_2608, f"{base}common.py")}
+    try:
+        t = trace(files, fn)
+    except KeyError as e:
+        return {}, [f"No recipe switches: {e}."]
+    cite = lambda k: f"{t[k][1].replace(base, 'perf_recipes/nemotronh/')} L{t[k][2]}"   # noqa: E731
+    val = lambda k: literal(t[k][0]) if k in t else None                               # noqa: E731
+    for field, want in (("model.tensor_model_parallel_size", r["tp"]),
+                        ("model.expert_model_parallel_size", r["ep"]),
+                        ("train.micro_batch_size", r["mbs"]), ("train.global_batch_size", r["gbs"])):
+        got = val(field)
+        if isinstance(got, int) and got != want:
+            return {}, [f"The recipe {fn} sets {field}={got} ({cite(field)}), the row {want}: "
+                        "no recipe switches read."]
+    sw: dict[str, Any] = {}
+    said = []
+    where = f"{BRIDGE_REF}@{BRIDGE_2608} src/megatron/bridge/perf_recipes/nemotronh/, function {fn}"
+    if val("model.moe_flex_dispatcher_backend"):
+        sw["moe_dispatcher"] = val("model.moe_flex_dispatcher_backend")
+        said.append(f"moe_dispatcher={sw['moe_dispatcher']} ({cite('model.moe_flex_dispatcher_backend')}; "
+                    "scripts/performance/utils/overrides.py L397 apply_flex_dispatcher_backend "
+                    "makes the dispatcher 'flex')")
+    sw["ep_overlap"] = bool(val("model.overlap_moe_expert_parallel_comm"))
+    said.append("ep_overlap=" + ("true (" + cite("model.overlap_moe_expert_parallel_comm") + ")"
+                                 if sw["ep_overlap"] else "false (no overlap_moe_expert_parallel_comm set)"))
+    impl = val("model.cuda_graph_impl")
+    sw["cuda_graph"] = impl == "full_iteration"
+    if "model.cuda_graph_impl" in t:
+        scope = val("model.cuda_graph_scope")
+        said.append(f"cuda_graph={str(sw['cuda_graph']).lower()}: cuda_graph_impl={impl!r} "
+                    f"({cite('model.cuda_graph_impl')}), scope {scope} "
+                    + (f"({cite('model.cuda_graph_scope')})" if "model.cuda_graph_scope" in t else "")
+                    + ("; Transformer Engine graphs of parts of each layer, not the whole-"
+                       "iteration graph the plan's switch means" if impl == "transformer_engine" else ""))
+    gran = val("model.recompute_granularity") if "model.recompute_granularity" in t else "unset"
+    if gran is None:
+        sw["recompute"] = "none"
+        said.append(f"recompute=none (recompute_granularity None, {cite('model.recompute_granularity')})")
+    elif gran == "selective":
+        sw["recompute"] = "selective"
+        sw["recompute_modules"] = "+".join(val("model.recompute_modules"))
+        said.append(f"recompute=selective, modules {sw['recompute_modules']} "
+                    f"({cite('model.recompute_granularity')}, {cite('model.recompute_modules')})")
+    if val("model.use_transformer_engine_op_fuser"):
+        sw["fused_grouped_mlp"] = True
+        said.append("fused_grouped_mlp=true: Transformer Engine's op fuser "
+                    f"({cite('model.use_transformer_engine_op_fuser')}) with the recipe's "
+                    "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (CuteDSL fused grouped MLP)")
+    if "model.sequence_parallel" in t:
+        sw["sequence_parallel"] = bool(val("model.sequence_parallel"))
+    if val("comm_overlap.tp_comm_overlap") is True:
+        sw["tp_comm_overlap"] = True
+        said.append(f"tp_comm_overlap=true ({cite('comm_overlap.tp_comm_overlap')}; no TP "
+                    "traffic to overlap at tp 1)" if r["tp"] == 1 else
+                    f"tp_comm_overlap=true ({cite('comm_overlap.tp_comm_overlap')})")
+    if val("model.moe_router_force_load_balancing"):
+        sw["moe_balance"] = "forced"
+        said.append(f"moe_balance=forced ({cite('model.moe_router_force_load_balancing')})")
+    if val("ddp.use_megatron_fsdp") and val("ddp.data_parallel_sharding_strategy") == "optim_grads_params":
+        dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
+        domains = max(1, r["n"] // 64)        # common.py _GB300_NVLINK_DOMAIN_GPUS = 64 (L39)
+        sw["zero_stage"] = 3
+        sw["dp_shard"] = dp // domains
+        said.append(f"zero_stage=3, dp_shard={dp // domains}: Megatron-FSDP optim_grads_params "
+                    f"({cite('ddp.use_megatron_fsdp')}, {cite('ddp.data_parallel_sharding_strategy')}) "
+                    f"sharded within each 64-GPU NVLink domain, {domains} optimizer instances "
+                    f"across them ({cite('ddp.num_distributed_optimizer_instances')}, "
+                    "_GB300_NVLINK_DOMAIN_GPUS = 64 at common.py L39)")
+    if isinstance(val("model.mtp_num_layers"), int):
+        sw["mtp_num_layers"] = val("model.mtp_num_layers")
+        said.append(f"mtp_num_layers={sw['mtp_num_layers']} ({cite('model.mtp_num_layers')}"
+                    + (f", mtp_use_repeated_layer {cite('model.mtp_use_repeated_layer')}: one MTP "
+                       "block run at each depth" if "model.mtp_use_repeated_layer" in t else "") + ")")
+    if val("model.fine_grained_activation_offloading"):
+        said.append(f"activation offloading of {val('model.offload_modules')} to host "
+                    f"({cite('model.fine_grained_activation_offloading')}; not modelled)")
+    if "ddp.grad_reduce_in_fp32" in t:
+        said.append(f"grad_reduce_in_fp32=False ({cite('ddp.grad_reduce_in_fp32')})")
+    notes = [f"Recipe switches from {where} (read from its text, bridge_recipe_trace.trace): "
+             + "; ".join(said) + "."]
+    return sw, notes
+
+
+def recipe_workload(configs: dict[str, dict[str, Any]], tag: str, r: dict[str, Any]
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """The plan switches of a pre-26.08 row from the ``WorkloadBaseConfig`` of its container's
+    tag whose layout is the row's; ({}, [why]) where none is."""
+    _, _, upper = BRIDGE_MODELS[r["model"]]
+    name = (f"{upper}_PRETRAIN_CONFIG_{r['system'].split('-')[1]}_"
+            f"{PRECISION[r['prec']][2]}_V1")
+    c = configs.get(name)
+    if c is None:
+        return {}, [f"No {name} at {tag}: recipe switches are the stack's defaults."]
+    mine = (c["num_gpus"], c["tensor_model_parallel_size"], c["expert_model_parallel_size"],
+            c["micro_batch_size"], c["global_batch_size"])
+    if mine != (r["n"], r["tp"], r["ep"], r["mbs"], r["gbs"]):
+        return {}, [f"{name} at {tag} runs (GPUs, tp, ep, mbs, gbs) {mine}, not the row's: "
+                    "no recipe switches read."]
+    sw: dict[str, Any] = {"ep_overlap": bool(c.get("moe_a2a_overlap")),
+                          "cuda_graph": c.get("cuda_graph_impl") == "full_iteration",
+                          "moe_balance": "forced"}
+    if c.get("moe_flex_dispatcher_backend"):
+        sw["moe_dispatcher"] = c["moe_flex_dispatcher_backend"]
+    if c.get("recompute_modules"):
+        sw["recompute"] = "selective"
+        sw["recompute_modules"] = "+".join(c["recompute_modules"])
+    notes = [f"Recipe switches from {BRIDGE_REF}@{tag} scripts/performance/configs/{c['file']} "
+             f"{name} (imported from the tag): moe_flex_dispatcher_backend="
+             f"{c.get('moe_flex_dispatcher_backend')}, moe_a2a_overlap={c.get('moe_a2a_overlap')}, "
+             f"cuda_graph_impl={c.get('cuda_graph_impl')}, cuda_graph_scope="
+             f"{c.get('cuda_graph_scope')} (only 'full_iteration' is the plan's cuda_graph), "
+             f"recompute_modules={c.get('recompute_modules')}; moe_balance=forced: the harness "
+             "sets moe_router_force_load_balancing unless --use_tokendrop "
+             "(scripts/performance/utils/overrides.py)."]
+    return sw, notes
+
+
+def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """One entry per distinct Nemotron 3 layout of Megatron-Bridge's tables (newest container
+    first, older figures of the layout under ``history``), and the skipped rows."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    history: dict[tuple, list[dict[str, Any]]] = {}
+    commits = {}
+    for container, path, tag, _ in CONTAINERS:
+        md = git_show(repo, "HEAD", path)
+        commits[path] = _git(repo, "log", "-1", "--format=%h", "HEAD", "--", path).strip()
+        for r in bridge_tables(md, container):
+            k = layout_key(r)
+            if k in seen:
+                history.setdefault(k, []).append(
+                    {"container": container, "tokens_per_s_per_gpu": r["tokens"],
+                     "tflops_per_gpu": r["tflops"]})
+            else:
+                seen[k] = r
+    tags = {c: (t, why) for c, _, t, why in CONTAINERS}
+    configs: dict[str, dict] = {}
+    out, skipped = [], []
+    for k, r in seen.items():
+        key = BRIDGE_MODELS[r["model"]][0]
+        tag, why_tag = tags[r["container"]]
+        if r["container"] == "26.08":
+            sw, rnotes = recipe_2608(repo, r)
+        else:
+            if tag not in configs:
+                configs[tag] = workload_configs(
+                    repo, tag, ("nemotronh/nemotron_3_workload_base_configs.py",))
+            sw, rnotes = recipe_workload(configs[tag], tag, r)
+        path = dict((c, p) for c, p, _, _ in CONTAINERS)[r["container"]]
+        dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
+        gpu, inter = SYSTEMS[r["system"]]
+        prec, _, cfgname = PRECISION[r["prec"]]
+        mo, src = model_entry(key, r["seq"])
+        check_pattern(mo["hf_config"])
+        rid = (f"mbridge{r['container'].replace('.', '')}_{key.replace('-', '').replace('.', '')}_"
+               f"{gpu.split()[0].lower()}_{r['n']}_{r['prec'].lower()}")
+        notes = [FORCED + ".", f"Model config: {src}.",
+                 f"The {r['container']} container's recipes: Megatron-Bridge {tag} ({why_tag})."]
+        if r["fsdp"] is not None:
+            notes.append(f"FSDP column {r['fsdp']} (0: Megatron's distributed optimizer, no FSDP).")
+        if "nemotron-3-super-b200-nvfp4-note" in r["footnote"]:
+            notes.append("Footnote: the MXFP8 mapping did not fit for NVFP4 (tp 2 here); NVFP4 "
+                         "param gather not yet supported.")
+        if r["prec"] == "FP8":
+            notes.append("FP8 is the config's FP8_CS (current scaling).")
+        notes += rnotes
+        e = {"id": rid, "kind": "measured", "tier": 2,
+             "source": {"ref": BRIDGE_REF,
+                        "table": f"{path} ({r['container']} NeMo container), commit "
+                                 f"{commits[path]}, 'Model: {r['model']}' row {r['system']} "
+                                 f"{r['n']} GPUs {r['prec']} GBS {r['gbs']}",
+                        "row": r["line"]},
+             "model": mo,
+             "hardware": {"gpu": gpu, "n_gpus": r["n"], "gpus_per_node": 8,
+                          "interconnect": inter},
+             "plan": {"tp": r["tp"], "pp": r["pp"], "dp": dp, "cp": r["cp"], "ep": r["ep"],
+                      "microbatch": r["mbs"], "global_batch": r["gbs"],
+                      "schedule": "interleaved 1F1B" if r["vp"] else "1F1B",
+                      "virtual_stages": r["vp"] or 1, "recompute": None,
+                      "sequence_parallel": None, "zero_stage": None,
+                      "grad_accum": r["gbs"] // (r["mbs"] * dp), "moe_balance": "forced", **sw},
+             "precision": ("fp8 (current scaling: the FP8_CS config)" if r["prec"] == "FP8"
+                           else prec),
+             "measured": {"tokens_per_s_per_gpu": r["tokens"], "tflops_per_gpu": r["tflops"]},
+             "derived": {"step_time_s": round(r["gbs"] * r["seq"] / (r["tokens"] * r["n"]), 4),
+                         "how": STEP_HOW},
+             "notes": " ".join(notes)}
+        if history.get(k):
+            e["history"] = history[k]
+        out.append(e)
+    return out, skipped
+
+
+DGXC_TAG = "v25.05.05"
+DGXC_README = "nemotronh/README.md"
+
+
+def dgxc_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The Nemotron-H 56B columns of dgxc-benchmarking ``DGXC_TAG`` ``nemotronh/README.md``,
+    read with ``experiments/transcribe_dgxc.py``'s parser and rule (its ``NOT_MODELLED``
+    skip of the family lifted: the model is stated here)."""
+    from experiments import transcribe_dgxc as td
+    commit = _git(repo, "rev-parse", f"{DGXC_TAG}^{{commit}}").strip()
+    md = _git(repo, "show", f"{DGXC_TAG}:{DGXC_README}")
+    launch = _git(repo, "show", f"{DGXC_TAG}:nemotronh/launch.sh")
+    fw = re.search(r"FW_VERSION=(\S+)", launch)
+    fw_version = fw.group(1) if fw else "not stated"
+    tables = td.parse_tables(md)
+    rows = td.config_rows("nemotronh", tables)
+    out, skipped = [], []
+    for col in td.perf_columns("nemotronh", tables):
+        found = td.match(col, rows)
+        label = f"{DGXC_TAG} {DGXC_README}: {col['title']} / {col['column']}"
+        why = None if len(found) == 1 else f"{len(found)} configuration rows match"
+        if why is None:
+            r = found[0]
+            implied = td.step_time_s(r["gbs"], r["seq"], col["tokens_per_s"])
+            if abs(implied / col["step_s"] - 1) > td.TOKENS_RTOL:
+                why = (f"printed tokens/s {col['tokens_per_s']:g} implies {implied:.3f} s/step, "
+                       f"printed {col['step_s']:g}")
+        if why:
+            skipped.append((label, why))
+            continue
+        mo, src = model_entry("nemotron-h-56b", r["seq"])
+        if r["layers"] != mo["layers"]:
+            skipped.append((label, f"{r['layers']} layers, the model has {mo['layers']}"))
+            continue
+        n, tp, pp, cp = r["n"], r["tp"], r["pp"], r["cp"] or 1
+        dp = n // (tp * pp * cp)
+        out.append({
+            "id": f"dgxc2505_nemotronh_56b_{col['gpu'].lower()}_{n}_{col['precision']}",
+            "kind": "measured", "tier": 2,
+            "source": {"ref": "NVIDIA/dgxc-benchmarking (NeMo)",
+                       "table": f"{DGXC_README} @{DGXC_TAG} (commit {commit[:12]}), column "
+                                f"{col['column']!r} of {col['title']!r}",
+                       "url": td.URL.format(tag=DGXC_TAG, path=DGXC_README),
+                       "also": f"container nvcr.io/nvidia/nemo:{fw_version}"},
+            "framework": "nemo",
+            "model": mo,
+            "hardware": {**td.HARDWARE[col["gpu"]], "n_gpus": n},
+            "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": 1, "microbatch": r["mbs"],
+                     "global_batch": r["gbs"], "schedule": "1F1B", "virtual_stages": 1,
+                     "recompute": None, "sequence_parallel": None, "zero_stage": None,
+                     "grad_accum": r["gbs"] // (r["mbs"] * dp)},
+            "precision": col["precision"],
+            "measured": {"step_time_s": col["step_s"], "tokens_per_s": col["tokens_per_s"]},
+            "notes": (f"Weak-scaling table (GBS 3 per GPU). NeMo {fw_version} container "
+                      f"(launch.sh FW_VERSION at {DGXC_TAG}); the overlaps and recompute are the "
+                      f"recipe's, not stated in the README. {td.fp8_note(DGXC_TAG, 'nemotronh')}. "
+                      f"The README: TFLOPS_per_GPU of its parser is invalid for this model (not "
+                      f"transcribed). Model config: {src}.")})
+    return out, skipped
+
+
+AUTOMODEL_PATH = "docs/performance-summary.mdx"
+AUTOMODEL_MODELS = {"Nemotron V3 Super 120B": ("nemotron-3-super", "nemotron_super_v3_te_deepep.yaml"),
+                    "Nemotron V3 Nano 30B": ("nemotron-3-nano", "nemotron_nano_v3_te_deepep.yaml"),
+                    "Nemotron V3 Ultra 550B": ("nemotron-3-ultra",
+                                               "nemotron_ultra_v3_te_deepep.yaml")}
+
+
+def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """The Nemotron V3 rows of Automodel's pre-training table (its latest revision)."""
+    from experiments.transcribe_automodel import _int, _number, pretraining_rows
+    commit = _git(repo, "log", "-1", "--format=%H", "HEAD", "--", AUTOMODEL_PATH).strip()
+    date = _git(repo, "log", "-1", "--format=%cI", commit).strip()[:10]
+    out, skipped = [], []
+    for row in pretraining_rows(_git(repo, "show", f"{commit}:{AUTOMODEL_PATH}")):
+        name = row["Model"]
+        base = re.sub(r"\s*\(\d\d\.\d\d\)$", "", name)
+        if base not in AUTOMODEL_MODELS:
+            continue
+        key, yaml = AUTOMODEL_MODELS[base]
+        n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep = (_int(row[k]) for k in (
+            "#GPUs", "GBS", "MBS", "LBS", "GA", "Seq Length", "TP", "PP", "CP", "EP"))
+        dp = n // (tp * pp * cp)
+        mo, src = model_entry(key, seq)
+        tok, step = _number(row["Tokens/sec/GPU"]), _number(row["Time per Global Step (s)"])
+        out.append({
+            "id": f"automodel_{key.replace('-', '').replace('.', '')}_h100_{n}",
+            "kind": "measured", "tier": 2, "framework": "automodel",
+            "source": {"ref": "NVIDIA-NeMo/Automodel performance summary (NeMo AutoModel, "
+                              "PyTorch backend)",
+                       "table": f"{AUTOMODEL_PATH} (DGX-H100, BF16), row {name!r} as of commit "
+                                f"{commit[:12]} ({date})",
+                       "also": f"benchmark config examples/llm_benchmark/nemotron/{yaml}"},
+            "model": mo,
+            "hardware": {"gpu": "H100 SXM", "n_gpus": n, "gpus_per_node": 8,
+                         "interconnect": "DGX H100 (8 GPUs per node, NVLink4), scale-out not "
+                                         "stated"},
+            "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
+                     "global_batch": gbs, "local_batch_size": lbs, "schedule": "1F1B",
+                     "virtual_stages": 1, "recompute": None, "sequence_parallel": False,
+                     "zero_stage": 3, "grad_accum": ga, "fsdp": _int(row["FSDP"]),
+                     **({"moe_dispatcher": "deepep"}
+                        if "deepep" in row["Kernel Optimizations"].lower() else {}),
+                     "moe_routing": "contiguous"},
+            "precision": "bf16",
+            "measured": {"step_time_s": step, "tokens_per_s_per_gpu": tok,
+                         "model_tflops_per_gpu": _number(row["Model TFLOPs/sec/GPU"])},
+            "notes": (f"The table's name carries the container {name[len(base):].strip()}. "
+                      "AutoModel benchmark recipe: mock data, fake balanced gate (moe_routing="
+                      "contiguous, the table's note), no gradient clipping; FSDP2 (ZeRO-3) over "
+                      f"{_int(row['FSDP'])} GPUs. Kernels: {row['Kernel Optimizations']}. The "
+                      f"benchmark config's recompute is not read (recompute left to the stack's "
+                      f"default). Model config: {src}.")})
+    return out, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    bridge = args[0] if len(args) > 0 else MIRROR + "NVIDIA-NeMo+Megatron-Bridge/repo"
+    dgxc = args[1] if len(args) > 1 else MIRROR + "NVIDIA+dgxc-benchmarking/repo"
+    automodel = args[2] if len(args) > 2 else MIRROR + "NVIDIA-NeMo+Automodel/repo"
+    rows, skipped = [], []
+    for fn, repo in ((bridge_entries, bridge), (dgxc_entries, dgxc),
+                     (automodel_entries, automodel)):
+        o, s = fn(repo)
+        rows += o
+        skipped += s
+    ids = [r["id"] for r in rows]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
+    tmp = OUT + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rows, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, OUT)
+    for r in rows:
+        step = (r.get("derived") or r["measured"])["step_time_s"]
+        print(f"{r['id']:52} {step:9.4f} s  hf_config: "
+              f"{'yes' if 'hf_config' in r['model'] else 'no'}")
+    for label, why in skipped:
+        print(f"skipped {label}: {why}")
+    print(len(rows), "rows ->", os.path.relpath(OUT, ROOT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
