@@ -19,7 +19,10 @@ Megatron-Core's defaults where a script passes nothing (NVIDIA/Megatron-LM d98e8
 ``megatron/core/transformer/transformer_config.py`` L1262 ``mamba_head_dim`` 64, L1265
 ``mamba_num_groups`` 8, L1268-1270 ``mamba_num_heads`` None = hidden x expand / head dim;
 ``megatron/core/ssm/mamba_mixer.py`` L179 ``d_conv=4``, L181 ``expand=2``, L194
-``chunk_size=128``). Pure data.
+``chunk_size=128``). ``expand`` is recorded as the HF configs carry it, but a mixer whose
+``mamba_num_heads`` is given is ``mamba_num_heads x mamba_head_dim`` wide (mamba_mixer.py
+L246-248), not ``expand x hidden``: Nemotron 3 Nano's 64 x 64 = 4096, not 2 x 2688. Pure
+data.
 """
 from __future__ import annotations
 
@@ -109,10 +112,10 @@ SRC_SUPER = (f"{MLM}NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh L20-53 (HF nvidia/
 
 #: Nemotron 3 Ultra 550B-A55B: Megatron-LM NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh L20-51
 #: (latent 2048, 512 experts, top-22, shared 10240, scaling 5.0, mamba 256 x 64, pattern,
-#: 108 layers, hidden 8192, 64 heads, 2 query groups, expert ffn 5120, kv channels 128). Its
-#: MTP block is stated by no file read here: the recipes run MTP at two depths
-#: (recipes/nemotronh/h100/nemotron_3_ultra.py L61, L64), so the config carries none and
-#: the entry's notes say so
+#: 108 layers, hidden 8192, 64 heads, 2 query groups, expert ffn 5120, kv channels 128); one
+#: MTP block of attention and MoE (NVIDIA-NeMo/Automodel@cb9765441
+#: examples/llm_benchmark/nemotron/nemotron_ultra_v3_te_deepep.yaml L17-18, L72-74: "one
+#: physical MTP layer", "Ultra's mtp_layers_block_type = ["attention", "moe"]")
 PULTRA = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*"
           "EMEMEM*EMEMEMEM*EMEMEMEME")
 ULTRA = {**_COMMON, **_MAMBA_DEFAULTS, "hidden_size": 8192, "num_hidden_layers": 108,
@@ -122,11 +125,13 @@ ULTRA = {**_COMMON, **_MAMBA_DEFAULTS, "hidden_size": 8192, "num_hidden_layers":
          "moe_latent_size": 2048, "n_shared_experts": 1,
          "moe_shared_expert_intermediate_size": 10240, "routed_scaling_factor": 5.0,
          "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
+         "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
          "max_position_embeddings": 8192}
 SRC_ULTRA = (f"{MLM}NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh L20-51 (HF nvidia/NVIDIA-"
-             "Nemotron-3-Ultra-550B-A55B-BF16); its MTP block is not stated there (the recipes "
-             "run MTP at two depths, recipes/nemotronh/h100/nemotron_3_ultra.py L61): no MTP "
-             "fields, so an estimate from this config leaves the MTP layers out")
+             "Nemotron-3-Ultra-550B-A55B-BF16); the MTP block (one physical layer of "
+             "attention and MoE) from NVIDIA-NeMo/Automodel@cb9765441 examples/llm_benchmark/"
+             "nemotron/nemotron_ultra_v3_te_deepep.yaml L17-18, L72-74; vocab 131072 as the "
+             "other Nemotron 3 configs (not stated for Ultra by the files read)")
 
 #: name -> (model mapping without seq_len, the citation of its hf_config)
 MODELS: dict[str, tuple[dict[str, Any], str]] = {

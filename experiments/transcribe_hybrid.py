@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.bridge_recipe_trace import git_show, literal, trace, workload_configs  # noqa: E402
 from experiments.hybrid_models import check_pattern, model_entry  # noqa: E402
+from experiments.hybrid_sources import automodel_entries, dgxc_entries  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "strategies", "reference", "data", "hybrid_2026.json")
@@ -138,39 +139,50 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
         t = trace(files, fn)
     except KeyError as e:
         return {}, [f"No recipe switches: {e}."]
-    cite = lambda k: f"{t[k][1].replace(base, 'perf_recipes/nemotronh/')} L{t[k][2]}"   # noqa: E731
-    val = lambda k: literal(t[k][0]) if k in t else None                               # noqa: E731
+    def cite(k: str) -> str:
+        return f"{t[k][1].replace(base, 'perf_recipes/nemotronh/')} L{t[k][2]}"
+
+    def val(k: str) -> Any:
+        return literal(t[k][0]) if k in t else None
+
     for field, want in (("model.tensor_model_parallel_size", r["tp"]),
                         ("model.expert_model_parallel_size", r["ep"]),
-                        ("train.micro_batch_size", r["mbs"]), ("train.global_batch_size", r["gbs"])):
+                        ("train.micro_batch_size", r["mbs"]),
+                        ("train.global_batch_size", r["gbs"])):
         got = val(field)
         if isinstance(got, int) and got != want:
             return {}, [f"The recipe {fn} sets {field}={got} ({cite(field)}), the row {want}: "
                         "no recipe switches read."]
     sw: dict[str, Any] = {}
     said = []
-    where = f"{BRIDGE_REF}@{BRIDGE_2608} src/megatron/bridge/perf_recipes/nemotronh/, function {fn}"
-    if val("model.moe_flex_dispatcher_backend"):
-        sw["moe_dispatcher"] = val("model.moe_flex_dispatcher_backend")
-        said.append(f"moe_dispatcher={sw['moe_dispatcher']} ({cite('model.moe_flex_dispatcher_backend')}; "
-                    "scripts/performance/utils/overrides.py L397 apply_flex_dispatcher_backend "
-                    "makes the dispatcher 'flex')")
-    sw["ep_overlap"] = bool(val("model.overlap_moe_expert_parallel_comm"))
-    said.append("ep_overlap=" + ("true (" + cite("model.overlap_moe_expert_parallel_comm") + ")"
-                                 if sw["ep_overlap"] else "false (no overlap_moe_expert_parallel_comm set)"))
+    where = f"{BRIDGE_REF}@{BRIDGE_2608} src/megatron/bridge/perf_recipes/nemotronh/, " \
+            f"function {fn}"
+    backend = "model.moe_flex_dispatcher_backend"
+    if val(backend):
+        sw["moe_dispatcher"] = val(backend)
+        said.append(f"moe_dispatcher={sw['moe_dispatcher']} ({cite(backend)}; scripts/"
+                    "performance/utils/overrides.py L397 apply_flex_dispatcher_backend makes "
+                    "the dispatcher 'flex')")
+    a2a = "model.overlap_moe_expert_parallel_comm"
+    sw["ep_overlap"] = bool(val(a2a))
+    said.append(f"ep_overlap=true ({cite(a2a)})" if sw["ep_overlap"] else
+                "ep_overlap=false (no overlap_moe_expert_parallel_comm set)")
     impl = val("model.cuda_graph_impl")
     sw["cuda_graph"] = impl == "full_iteration"
     if "model.cuda_graph_impl" in t:
         scope = val("model.cuda_graph_scope")
         said.append(f"cuda_graph={str(sw['cuda_graph']).lower()}: cuda_graph_impl={impl!r} "
                     f"({cite('model.cuda_graph_impl')}), scope {scope} "
-                    + (f"({cite('model.cuda_graph_scope')})" if "model.cuda_graph_scope" in t else "")
+                    + (f"({cite('model.cuda_graph_scope')})"
+                       if "model.cuda_graph_scope" in t else "")
                     + ("; Transformer Engine graphs of parts of each layer, not the whole-"
-                       "iteration graph the plan's switch means" if impl == "transformer_engine" else ""))
+                       "iteration graph the plan's switch means"
+                       if impl == "transformer_engine" else ""))
     gran = val("model.recompute_granularity") if "model.recompute_granularity" in t else "unset"
     if gran is None:
         sw["recompute"] = "none"
-        said.append(f"recompute=none (recompute_granularity None, {cite('model.recompute_granularity')})")
+        said.append("recompute=none (recompute_granularity None, "
+                    f"{cite('model.recompute_granularity')})")
     elif gran == "selective":
         sw["recompute"] = "selective"
         sw["recompute_modules"] = "+".join(val("model.recompute_modules"))
@@ -191,26 +203,29 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
     if val("model.moe_router_force_load_balancing"):
         sw["moe_balance"] = "forced"
         said.append(f"moe_balance=forced ({cite('model.moe_router_force_load_balancing')})")
-    if val("ddp.use_megatron_fsdp") and val("ddp.data_parallel_sharding_strategy") == "optim_grads_params":
+    sharding = "ddp.data_parallel_sharding_strategy"
+    if val("ddp.use_megatron_fsdp") and val(sharding) == "optim_grads_params":
         dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
         domains = max(1, r["n"] // 64)        # common.py _GB300_NVLINK_DOMAIN_GPUS = 64 (L39)
         sw["zero_stage"] = 3
         sw["dp_shard"] = dp // domains
         said.append(f"zero_stage=3, dp_shard={dp // domains}: Megatron-FSDP optim_grads_params "
-                    f"({cite('ddp.use_megatron_fsdp')}, {cite('ddp.data_parallel_sharding_strategy')}) "
+                    f"({cite('ddp.use_megatron_fsdp')}, {cite(sharding)}) "
                     f"sharded within each 64-GPU NVLink domain, {domains} optimizer instances "
                     f"across them ({cite('ddp.num_distributed_optimizer_instances')}, "
                     "_GB300_NVLINK_DOMAIN_GPUS = 64 at common.py L39)")
     if isinstance(val("model.mtp_num_layers"), int):
         sw["mtp_num_layers"] = val("model.mtp_num_layers")
+        rep = "model.mtp_use_repeated_layer"
         said.append(f"mtp_num_layers={sw['mtp_num_layers']} ({cite('model.mtp_num_layers')}"
-                    + (f", mtp_use_repeated_layer {cite('model.mtp_use_repeated_layer')}: one MTP "
-                       "block run at each depth" if "model.mtp_use_repeated_layer" in t else "") + ")")
+                    + (f", mtp_use_repeated_layer {cite(rep)}: one MTP block run at each depth"
+                       if rep in t else "") + ")")
     if val("model.fine_grained_activation_offloading"):
         said.append(f"activation offloading of {val('model.offload_modules')} to host "
                     f"({cite('model.fine_grained_activation_offloading')}; not modelled)")
     if "ddp.grad_reduce_in_fp32" in t:
-        said.append(f"grad_reduce_in_fp32=False ({cite('ddp.grad_reduce_in_fp32')})")
+        said.append(f"grad_reduce_in_fp32={val('ddp.grad_reduce_in_fp32')} "
+                    f"({cite('ddp.grad_reduce_in_fp32')})")
     notes = [f"Recipe switches from {where} (read from its text, bridge_recipe_trace.trace): "
              + "; ".join(said) + "."]
     return sw, notes
@@ -325,123 +340,9 @@ def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str
     return out, skipped
 
 
-DGXC_TAG = "v25.05.05"
-DGXC_README = "nemotronh/README.md"
-
-
-def dgxc_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """The Nemotron-H 56B columns of dgxc-benchmarking ``DGXC_TAG`` ``nemotronh/README.md``,
-    read with ``experiments/transcribe_dgxc.py``'s parser and rule (its ``NOT_MODELLED``
-    skip of the family lifted: the model is stated here)."""
-    from experiments import transcribe_dgxc as td
-    commit = _git(repo, "rev-parse", f"{DGXC_TAG}^{{commit}}").strip()
-    md = _git(repo, "show", f"{DGXC_TAG}:{DGXC_README}")
-    launch = _git(repo, "show", f"{DGXC_TAG}:nemotronh/launch.sh")
-    fw = re.search(r"FW_VERSION=(\S+)", launch)
-    fw_version = fw.group(1) if fw else "not stated"
-    tables = td.parse_tables(md)
-    rows = td.config_rows("nemotronh", tables)
-    out, skipped = [], []
-    for col in td.perf_columns("nemotronh", tables):
-        found = td.match(col, rows)
-        label = f"{DGXC_TAG} {DGXC_README}: {col['title']} / {col['column']}"
-        why = None if len(found) == 1 else f"{len(found)} configuration rows match"
-        if why is None:
-            r = found[0]
-            implied = td.step_time_s(r["gbs"], r["seq"], col["tokens_per_s"])
-            if abs(implied / col["step_s"] - 1) > td.TOKENS_RTOL:
-                why = (f"printed tokens/s {col['tokens_per_s']:g} implies {implied:.3f} s/step, "
-                       f"printed {col['step_s']:g}")
-        if why:
-            skipped.append((label, why))
-            continue
-        mo, src = model_entry("nemotron-h-56b", r["seq"])
-        if r["layers"] != mo["layers"]:
-            skipped.append((label, f"{r['layers']} layers, the model has {mo['layers']}"))
-            continue
-        n, tp, pp, cp = r["n"], r["tp"], r["pp"], r["cp"] or 1
-        dp = n // (tp * pp * cp)
-        out.append({
-            "id": f"dgxc2505_nemotronh_56b_{col['gpu'].lower()}_{n}_{col['precision']}",
-            "kind": "measured", "tier": 2,
-            "source": {"ref": "NVIDIA/dgxc-benchmarking (NeMo)",
-                       "table": f"{DGXC_README} @{DGXC_TAG} (commit {commit[:12]}), column "
-                                f"{col['column']!r} of {col['title']!r}",
-                       "url": td.URL.format(tag=DGXC_TAG, path=DGXC_README),
-                       "also": f"container nvcr.io/nvidia/nemo:{fw_version}"},
-            "framework": "nemo",
-            "model": mo,
-            "hardware": {**td.HARDWARE[col["gpu"]], "n_gpus": n},
-            "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": 1, "microbatch": r["mbs"],
-                     "global_batch": r["gbs"], "schedule": "1F1B", "virtual_stages": 1,
-                     "recompute": None, "sequence_parallel": None, "zero_stage": None,
-                     "grad_accum": r["gbs"] // (r["mbs"] * dp)},
-            "precision": col["precision"],
-            "measured": {"step_time_s": col["step_s"], "tokens_per_s": col["tokens_per_s"]},
-            "notes": (f"Weak-scaling table (GBS 3 per GPU). NeMo {fw_version} container "
-                      f"(launch.sh FW_VERSION at {DGXC_TAG}); the overlaps and recompute are the "
-                      f"recipe's, not stated in the README. {td.fp8_note(DGXC_TAG, 'nemotronh')}. "
-                      f"The README: TFLOPS_per_GPU of its parser is invalid for this model (not "
-                      f"transcribed). Model config: {src}.")})
-    return out, skipped
-
-
-AUTOMODEL_PATH = "docs/performance-summary.mdx"
-AUTOMODEL_MODELS = {"Nemotron V3 Super 120B": ("nemotron-3-super", "nemotron_super_v3_te_deepep.yaml"),
-                    "Nemotron V3 Nano 30B": ("nemotron-3-nano", "nemotron_nano_v3_te_deepep.yaml"),
-                    "Nemotron V3 Ultra 550B": ("nemotron-3-ultra",
-                                               "nemotron_ultra_v3_te_deepep.yaml")}
-
-
-def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """The Nemotron V3 rows of Automodel's pre-training table (its latest revision)."""
-    from experiments.transcribe_automodel import _int, _number, pretraining_rows
-    commit = _git(repo, "log", "-1", "--format=%H", "HEAD", "--", AUTOMODEL_PATH).strip()
-    date = _git(repo, "log", "-1", "--format=%cI", commit).strip()[:10]
-    out, skipped = [], []
-    for row in pretraining_rows(_git(repo, "show", f"{commit}:{AUTOMODEL_PATH}")):
-        name = row["Model"]
-        base = re.sub(r"\s*\(\d\d\.\d\d\)$", "", name)
-        if base not in AUTOMODEL_MODELS:
-            continue
-        key, yaml = AUTOMODEL_MODELS[base]
-        n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep = (_int(row[k]) for k in (
-            "#GPUs", "GBS", "MBS", "LBS", "GA", "Seq Length", "TP", "PP", "CP", "EP"))
-        dp = n // (tp * pp * cp)
-        mo, src = model_entry(key, seq)
-        tok, step = _number(row["Tokens/sec/GPU"]), _number(row["Time per Global Step (s)"])
-        out.append({
-            "id": f"automodel_{key.replace('-', '').replace('.', '')}_h100_{n}",
-            "kind": "measured", "tier": 2, "framework": "automodel",
-            "source": {"ref": "NVIDIA-NeMo/Automodel performance summary (NeMo AutoModel, "
-                              "PyTorch backend)",
-                       "table": f"{AUTOMODEL_PATH} (DGX-H100, BF16), row {name!r} as of commit "
-                                f"{commit[:12]} ({date})",
-                       "also": f"benchmark config examples/llm_benchmark/nemotron/{yaml}"},
-            "model": mo,
-            "hardware": {"gpu": "H100 SXM", "n_gpus": n, "gpus_per_node": 8,
-                         "interconnect": "DGX H100 (8 GPUs per node, NVLink4), scale-out not "
-                                         "stated"},
-            "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
-                     "global_batch": gbs, "local_batch_size": lbs, "schedule": "1F1B",
-                     "virtual_stages": 1, "recompute": None, "sequence_parallel": False,
-                     "zero_stage": 3, "grad_accum": ga, "fsdp": _int(row["FSDP"]),
-                     **({"moe_dispatcher": "deepep"}
-                        if "deepep" in row["Kernel Optimizations"].lower() else {}),
-                     "moe_routing": "contiguous"},
-            "precision": "bf16",
-            "measured": {"step_time_s": step, "tokens_per_s_per_gpu": tok,
-                         "model_tflops_per_gpu": _number(row["Model TFLOPs/sec/GPU"])},
-            "notes": (f"The table's name carries the container {name[len(base):].strip()}. "
-                      "AutoModel benchmark recipe: mock data, fake balanced gate (moe_routing="
-                      "contiguous, the table's note), no gradient clipping; FSDP2 (ZeRO-3) over "
-                      f"{_int(row['FSDP'])} GPUs. Kernels: {row['Kernel Optimizations']}. The "
-                      f"benchmark config's recompute is not read (recompute left to the stack's "
-                      f"default). Model config: {src}.")})
-    return out, skipped
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, out: str = OUT) -> int:
+    """Transcribe every source (mirror paths in ``argv``: Megatron-Bridge, dgxc-benchmarking,
+    Automodel) into ``out``, written atomically (a temporary file renamed over it)."""
     args = sys.argv[1:] if argv is None else argv
     bridge = args[0] if len(args) > 0 else MIRROR + "NVIDIA-NeMo+Megatron-Bridge/repo"
     dgxc = args[1] if len(args) > 1 else MIRROR + "NVIDIA+dgxc-benchmarking/repo"
@@ -455,18 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     ids = [r["id"] for r in rows]
     if len(ids) != len(set(ids)):
         raise ValueError(f"duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}")
-    tmp = OUT + ".tmp"
+    tmp = out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rows, f, indent=1, sort_keys=True)
         f.write("\n")
-    os.replace(tmp, OUT)
+    os.replace(tmp, out)
     for r in rows:
         step = (r.get("derived") or r["measured"])["step_time_s"]
         print(f"{r['id']:52} {step:9.4f} s  hf_config: "
               f"{'yes' if 'hf_config' in r['model'] else 'no'}")
     for label, why in skipped:
         print(f"skipped {label}: {why}")
-    print(len(rows), "rows ->", os.path.relpath(OUT, ROOT))
+    print(len(rows), "rows ->", os.path.relpath(out, ROOT))
     return 0
 
 
