@@ -95,15 +95,17 @@ SRC_LIGHTNING = (f"{BRIDGE_AT} perf_recipes/nemotronh/gb200/nemotronh.py L492-50
 #: test_cases/nemotron/nemotron3_super_release_gb200/model_config.yaml L65 pattern ".../*E/*E")
 PSUPER = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
           "EMEMEMEME")
-SUPER = {**_COMMON, **_MAMBA_DEFAULTS, "hidden_size": 4096, "num_hidden_layers": 88,
-         "hybrid_override_pattern": PSUPER, "num_attention_heads": 32, "num_key_value_heads": 2,
-         "intermediate_size": 2688, "mamba_num_heads": 128, "ssm_state_size": 128,
-         "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 2688,
-         "moe_latent_size": 1024, "n_shared_experts": 1,
-         "moe_shared_expert_intermediate_size": 5376, "routed_scaling_factor": 5.0,
-         "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
-         "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
-         "max_position_embeddings": 8192}
+#: what Super's and Ultra's sources state alike: 512 experts routed top-22 with scaling 5.0,
+#: one shared expert, 2 query groups, one MTP block of attention and MoE
+_LATENT_MOE = {**_COMMON, **_MAMBA_DEFAULTS, "num_key_value_heads": 2, "ssm_state_size": 128,
+               "n_routed_experts": 512, "num_experts_per_tok": 22, "n_shared_experts": 1,
+               "routed_scaling_factor": 5.0, "n_group": 1, "topk_group": 1,
+               "norm_topk_prob": True, "num_nextn_predict_layers": 1,
+               "mtp_hybrid_override_pattern": "*E", "max_position_embeddings": 8192}
+SUPER = {**_LATENT_MOE, "hidden_size": 4096, "num_hidden_layers": 88,
+         "hybrid_override_pattern": PSUPER, "num_attention_heads": 32,
+         "intermediate_size": 2688, "mamba_num_heads": 128, "moe_intermediate_size": 2688,
+         "moe_latent_size": 1024, "moe_shared_expert_intermediate_size": 5376}
 SRC_SUPER = (f"{MLM}NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh L20-53 (HF nvidia/NVIDIA-"
              "Nemotron-3-Super-120B-A12B-BF16); MTP block from Megatron-Bridge recipes/"
              "nemotronh/h100/nemotron_3_super.py L96-98 and Megatron-LM tests/functional_tests/"
@@ -118,15 +120,10 @@ SRC_SUPER = (f"{MLM}NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh L20-53 (HF nvidia/
 #: physical MTP layer", "Ultra's mtp_layers_block_type = ["attention", "moe"]")
 PULTRA = ("MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*"
           "EMEMEM*EMEMEMEM*EMEMEMEME")
-ULTRA = {**_COMMON, **_MAMBA_DEFAULTS, "hidden_size": 8192, "num_hidden_layers": 108,
-         "hybrid_override_pattern": PULTRA, "num_attention_heads": 64, "num_key_value_heads": 2,
-         "intermediate_size": 5120, "mamba_num_heads": 256, "ssm_state_size": 128,
-         "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 5120,
-         "moe_latent_size": 2048, "n_shared_experts": 1,
-         "moe_shared_expert_intermediate_size": 10240, "routed_scaling_factor": 5.0,
-         "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
-         "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E",
-         "max_position_embeddings": 8192}
+ULTRA = {**_LATENT_MOE, "hidden_size": 8192, "num_hidden_layers": 108,
+         "hybrid_override_pattern": PULTRA, "num_attention_heads": 64,
+         "intermediate_size": 5120, "mamba_num_heads": 256, "moe_intermediate_size": 5120,
+         "moe_latent_size": 2048, "moe_shared_expert_intermediate_size": 10240}
 SRC_ULTRA = (f"{MLM}NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16.sh L20-51 (HF nvidia/NVIDIA-"
              "Nemotron-3-Ultra-550B-A55B-BF16); the MTP block (one physical layer of "
              "attention and MoE) from NVIDIA-NeMo/Automodel@cb9765441 examples/llm_benchmark/"

@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.bridge_recipe_trace import git_show, literal, trace, workload_configs  # noqa: E402
 from experiments.hybrid_models import check_pattern, model_entry  # noqa: E402
 from experiments.hybrid_sources import automodel_entries, dgxc_entries  # noqa: E402
+from experiments.transcribe_heldout_2026b import BRIDGE_SYS  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "strategies", "reference", "data", "hybrid_2026.json")
@@ -68,14 +69,9 @@ CONTAINERS = (
      "docs/releases/software-versions.md, NeMo Framework 26.04"),
     ("26.02.01", "docs/performance-summary-archive.md", "v0.3.1",
      "the last tag before 26.04 (not cited by any row: its layouts recur later)"))
-SYSTEMS = {
-    "DGX-GB300": ("GB300", "GB300 NVL72: 72 GPUs in one NVLink domain (1.8 TB/s per GPU), "
-                           "4 GPUs per compute tray"),
-    "DGX-GB200": ("GB200", "GB200 NVL72: 72 GPUs in one NVLink domain (1.8 TB/s per GPU), "
-                           "4 GPUs per compute tray"),
-    "DGX-B300": ("B300", "DGX B300 (8 GPUs per node, NVLink5), scale-out not stated"),
-    "DGX-B200": ("B200", "DGX B200 (8 GPUs per node, NVLink5), scale-out not stated"),
-    "DGX-H100": ("H100 SXM", "DGX H100 (8 GPUs per node, NVLink4), scale-out not stated")}
+#: the Megatron-Bridge tables' systems (``transcribe_heldout_2026b.BRIDGE_SYS``) and DGX B200
+SYSTEMS = {**BRIDGE_SYS,
+           "DGX-B200": ("B200", "DGX B200 (8 GPUs per node, NVLink5), scale-out not stated")}
 PRECISION = {"MXFP8": ("mxfp8", "fp8mx", "FP8_MX"), "NVFP4": ("nvfp4", "nvfp4", "NVFP4"),
              "FP8": ("fp8", "fp8cs", "FP8_CS"), "BF16": ("bf16", "bf16", "BF16")}
 STEP_HOW = "gbs x seq / (tokens/s/GPU x GPUs)"
