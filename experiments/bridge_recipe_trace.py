@@ -48,14 +48,19 @@ def _functions(path: str, text: str) -> dict[str, tuple[str, int, list[str]]]:
     return out
 
 
-def trace(files: dict[str, str], name: str) -> dict[str, tuple[str, str, int]]:
+def trace(files: dict[str, str], name: str, aliases: dict[str, str] | None = None
+          ) -> dict[str, tuple[str, str, int]]:
     """``field -> (value source text, file, line)`` of what function ``name`` (defined in one
     of ``files``, path -> text) sets, in execution order (later settings win); the calls of
-    functions defined in ``files`` are expanded where they stand."""
+    functions defined in ``files`` are expanded where they stand, a call of a name in
+    ``aliases`` (an ``import ... as`` name) as the call of the function it names."""
     funcs: dict[str, tuple[str, int, list[str]]] = {}
     for path, text in files.items():
         for k, v in _functions(path, text).items():
             funcs.setdefault(k, v)
+    for alias, real in (aliases or {}).items():
+        if real in funcs:
+            funcs.setdefault(alias, funcs[real])
     out: dict[str, tuple[str, str, int]] = {}
 
     def run(fn: str, depth: int) -> None:

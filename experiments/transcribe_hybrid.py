@@ -70,6 +70,16 @@ CONTAINERS = (
     ("26.02.01", "docs/performance-summary-archive.md", "v0.3.1",
      "the last tag before 26.04 (not cited by any row: its layouts recur later)"))
 #: the Megatron-Bridge tables' systems (``transcribe_heldout_2026b.BRIDGE_SYS``) and DGX B200
+#: the base recipes the 26.08 perf recipes start from, by the name they call them
+#: (perf_recipes/nemotronh/common.py L23-28 imports; recipes/nemotronh/nemotron_3_nano.py
+#: L28-29 and nemotron_3_ultra.py L26-27 re-export the H100 functions under these names)
+BASE_ALIASES = {"nemotron_3_nano_pretrain_config": "nemotron_3_nano_pretrain_8gpu_h100_bf16_config",
+                "nemotron_3_super_pretrain_config":
+                    "nemotron_3_super_pretrain_16gpu_h100_bf16_config",
+                "nemotron_3_ultra_pretrain_config":
+                    "nemotron_3_ultra_pretrain_24gpu_h100_bf16_config"}
+BASE_RECIPES = {k: f"src/megatron/bridge/recipes/nemotronh/h100/{k.rsplit('_pretrain', 1)[0]}.py"
+                for k in BASE_ALIASES}
 SYSTEMS = {**BRIDGE_SYS,
            "DGX-B200": ("B200", "DGX B200 (8 GPUs per node, NVLink5), scale-out not stated")}
 PRECISION = {"MXFP8": ("mxfp8", "fp8mx", "FP8_MX"), "NVFP4": ("nvfp4", "nvfp4", "NVFP4"),
@@ -129,14 +139,15 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
     gpu = SYSTEMS[r["system"]][0].split()[0].lower()
     fn = f"{stem}_pretrain_{r['n']}gpu_{gpu}_{PRECISION[r['prec']][1]}_config"
     base = "src/megatron/bridge/perf_recipes/nemotronh/"
-    files = {f"{base}{gpu}/nemotronh.py": git_show(repo, BRIDGE_2608, f"{base}{gpu}/nemotronh.py"),
-             f"{base}common.py": git_show(repo, BRIDGE_2608, f"{base}common.py")}
+    paths = (f"{base}{gpu}/nemotronh.py", f"{base}common.py", *BASE_RECIPES.values())
+    files = {p: git_show(repo, BRIDGE_2608, p) for p in paths}
     try:
-        t = trace(files, fn)
+        t = trace(files, fn, BASE_ALIASES)
     except KeyError as e:
         return {}, [f"No recipe switches: {e}."]
     def cite(k: str) -> str:
-        return f"{t[k][1].replace(base, 'perf_recipes/nemotronh/')} L{t[k][2]}"
+        path = t[k][1].replace(base, "perf_recipes/nemotronh/")
+        return f"{path.replace('src/megatron/bridge/', '')} L{t[k][2]}"
 
     def val(k: str) -> Any:
         return literal(t[k][0]) if k in t else None
@@ -175,7 +186,12 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
                        "iteration graph the plan's switch means"
                        if impl == "transformer_engine" else ""))
     gran = val("model.recompute_granularity") if "model.recompute_granularity" in t else "unset"
-    if gran is None:
+    if gran == "unset":
+        sw["recompute"] = "none"
+        said.append("recompute=none (no recompute_granularity in the recipe chain read nor in "
+                    "recipes/common.py _pretrain_common: Megatron-Core's default None, "
+                    "transformer_config.py L532 at d98e8a64dd)")
+    elif gran is None:
         sw["recompute"] = "none"
         said.append("recompute=none (recompute_granularity None, "
                     f"{cite('model.recompute_granularity')})")
@@ -225,6 +241,30 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
     notes = [f"Recipe switches from {where} (read from its text, bridge_recipe_trace.trace): "
              + "; ".join(said) + "."]
     return sw, notes
+
+
+def base_recipe_facts(repo: str, tag: str, r: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """What the model's base pretrain recipe at ``tag`` (``src/megatron/bridge/recipes/
+    nemotronh/<model>.py`` ``<model>_pretrain_config``, the function the harness builds the
+    run from) sets of recomputation and MTP depth, as plan fields, and the note citing it."""
+    _, stem, _ = BRIDGE_MODELS[r["model"]]
+    path = f"src/megatron/bridge/recipes/nemotronh/{stem}.py"
+    try:
+        t = trace({path: git_show(repo, tag, path)}, f"{stem}_pretrain_config")
+    except (KeyError, subprocess.CalledProcessError):
+        return {}, ""
+    out, said = {}, []
+    if "model.recompute_granularity" in t and literal(t["model.recompute_granularity"][0]) is None:
+        out["recompute"] = "none"
+        said.append(f"recompute_granularity None (L{t['model.recompute_granularity'][2]})")
+    elif "model.recompute_granularity" not in t:
+        out["recompute"] = "none"
+        said.append("no recompute_granularity (Megatron-Core's default None)")
+    if isinstance(literal(t.get("model.mtp_num_layers", ("",))[0]), int):
+        out["mtp_num_layers"] = literal(t["model.mtp_num_layers"][0])
+        said.append(f"mtp_num_layers {out['mtp_num_layers']} (L{t['model.mtp_num_layers'][2]})")
+    return out, f"The base recipe {BRIDGE_REF}@{tag} {path} {stem}_pretrain_config: " \
+                + ", ".join(said) + "."
 
 
 def recipe_workload(configs: dict[str, dict[str, Any]], tag: str, r: dict[str, Any]
@@ -291,6 +331,10 @@ def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str
                 configs[tag] = workload_configs(
                     repo, tag, ("nemotronh/nemotron_3_workload_base_configs.py",))
             sw, rnotes = recipe_workload(configs[tag], tag, r)
+            if sw:
+                base_sw, base_note = base_recipe_facts(repo, tag, r)
+                sw = {**base_sw, **sw}
+                rnotes.append(base_note)
         path = dict((c, p) for c, p, _, _ in CONTAINERS)[r["container"]]
         dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
         gpu, inter = SYSTEMS[r["system"]]
