@@ -205,6 +205,10 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
         said.append("fused_grouped_mlp=true: Transformer Engine's op fuser "
                     f"({cite('model.use_transformer_engine_op_fuser')}) with the recipe's "
                     "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (CuteDSL fused grouped MLP)")
+    etp = "model.expert_tensor_parallel_size"
+    if isinstance(val(etp), int) and r["ep"] > 1:
+        sw["etp"] = val(etp)
+        said.append(f"etp={sw['etp']} ({cite(etp)})")
     if "model.sequence_parallel" in t:
         sw["sequence_parallel"] = bool(val("model.sequence_parallel"))
     if val("comm_overlap.tp_comm_overlap") is True:
@@ -287,11 +291,14 @@ def recipe_workload(configs: dict[str, dict[str, Any]], tag: str, r: dict[str, A
                           "moe_balance": "forced"}
     if c.get("moe_flex_dispatcher_backend"):
         sw["moe_dispatcher"] = c["moe_flex_dispatcher_backend"]
+    if c.get("expert_tensor_parallel_size") is not None and r["ep"] > 1:
+        sw["etp"] = c["expert_tensor_parallel_size"]
     if c.get("recompute_modules"):
         sw["recompute"] = "selective"
         sw["recompute_modules"] = "+".join(c["recompute_modules"])
     notes = [f"Recipe switches from {BRIDGE_REF}@{tag} scripts/performance/configs/{c['file']} "
-             f"{name} (imported from the tag): moe_flex_dispatcher_backend="
+             f"{name} (imported from the tag): expert_tensor_parallel_size="
+             f"{c.get('expert_tensor_parallel_size')}, moe_flex_dispatcher_backend="
              f"{c.get('moe_flex_dispatcher_backend')}, moe_a2a_overlap={c.get('moe_a2a_overlap')}, "
              f"cuda_graph_impl={c.get('cuda_graph_impl')}, cuda_graph_scope="
              f"{c.get('cuda_graph_scope')} (only 'full_iteration' is the plan's cuda_graph), "

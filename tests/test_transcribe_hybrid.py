@@ -160,6 +160,10 @@ def test_rows_plans_are_consistent():
         if pl["ep"] > 1:
             assert hf["n_routed_experts"] % pl["ep"] == 0, r["id"]
             assert (pl["dp"] * pl["cp"] * pl["tp"]) % pl["ep"] == 0, r["id"]
+        if r["id"].startswith("mbridge"):
+            # every Megatron-Bridge Nemotron 3 recipe sets expert_tensor_parallel_size 1
+            assert pl.get("etp", 1) == 1 and pl["moe_balance"] == "forced", r["id"]
+            assert pl.get("etp") == 1 or pl["tp"] == 1, r["id"]
         if "dp_shard" in pl:
             assert pl["dp"] % pl["dp_shard"] == 0 and pl["zero_stage"] == 3, r["id"]
 
