@@ -13,16 +13,30 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def file_rows(path: str) -> list[dict]:
-    """The validated, not skipped, cases of one reference file (all tiers)."""
+def file_cases(path: str) -> list[dict]:
+    """Every case of one reference file (all tiers), skipped ones included."""
     args = [sys.executable, "-m", "simulator.cli", "validate", "--reference", path,
             "--no-sim", "--json", "--tiers", "all"]
     out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True)
-    return [c for c in json.loads(out.stdout)["cases"] if not c.get("skipped")]
+    return json.loads(out.stdout)["cases"]
+
+
+def file_rows(path: str) -> list[dict]:
+    """The validated, not skipped, cases of one reference file (all tiers)."""
+    return [c for c in file_cases(path) if not c.get("skipped")]
+
+
+def skip_summary(cases: list[dict]) -> str:
+    """A file none of whose rows runs: how many are skipped and each distinct reason (the
+    first 100 characters), most frequent first."""
+    why = Counter(str(c.get("skipped"))[:100] for c in cases if c.get("skipped"))
+    return f"{sum(why.values())} skipped: " + "; ".join(
+        f"{n} x {w}" for w, n in why.most_common())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,7 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
         if "schedule_studies" in f:
             continue
-        rows = file_rows(f)
+        cases = file_cases(f)
+        rows = [c for c in cases if not c.get("skipped")]
+        if not rows:
+            print(f"{os.path.basename(f):28} runs    0  MAPE      -    {skip_summary(cases)}")
+            continue
         errs = [c["analytic_error_pct"] for c in rows]
         mape = sum(abs(e) for e in errs) / max(1, len(errs))
         worst = max(errs, key=abs) if errs else 0.0

@@ -20,9 +20,12 @@ until then they carried a ``skip_reason``)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 OUT = "strategies/reference/data/heldout_2026b.json"
 
@@ -230,28 +233,10 @@ def bridge_configs(repo: str) -> dict[str, dict[str, object]]:
     """Every ``WorkloadBaseConfig`` of the MoE models' performance configs at ``BRIDGE_TAG``
     (``scripts/performance/configs/<family>/*_workload_base_configs.py``), by name: the files
     are taken from the tag with ``git archive`` and imported as they are (their only import is
-    ``scripts/performance/utils/utils.py``, standard library only)."""
-    import dataclasses
-    import importlib
-    import io
-    import tarfile
-    import tempfile
-    tmp = tempfile.mkdtemp(prefix="mbridge_")
-    data = subprocess.run(["git", "-C", repo, "archive", BRIDGE_TAG, "scripts/performance/utils",
-                           "scripts/performance/configs"], capture_output=True, check=True).stdout
-    tarfile.open(fileobj=io.BytesIO(data)).extractall(tmp)
-    sys.path.insert(0, f"{tmp}/scripts/performance")
-    try:
-        utils = importlib.import_module("utils.utils")
-        out = {}
-        for f in sorted(set(BRIDGE_FILES.values())):
-            mod = importlib.import_module("configs." + f[:-3].replace("/", "."))
-            for name, v in vars(mod).items():
-                if isinstance(v, utils.WorkloadBaseConfig):
-                    out[name] = {**dataclasses.asdict(v), "file": f}
-        return out
-    finally:
-        sys.path.remove(f"{tmp}/scripts/performance")
+    ``scripts/performance/utils/utils.py``, standard library only;
+    ``bridge_recipe_trace.workload_configs``)."""
+    from experiments.bridge_recipe_trace import workload_configs
+    return workload_configs(repo, BRIDGE_TAG, tuple(sorted(set(BRIDGE_FILES.values()))))
 
 
 def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple) -> dict:
