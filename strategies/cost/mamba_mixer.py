@@ -64,6 +64,27 @@ def check_cp(m: ModelSpec, cp: int) -> None:
                         "modelled; use cp=1")
 
 
+def check_hybrid_plan(m: ModelSpec, tp: int, cp: int, recompute: str) -> None:
+    """The plan rules of a model with Mamba-2 layers: ``check_tp``, ``check_cp``, and no
+    torchtitan op-level recomputation (its save list is written for attention and MLP
+    GEMMs only)."""
+    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+        return
+    check_tp(m, tp)
+    check_cp(m, cp)
+    if recompute == "op":
+        raise SpecError("plan.recompute", recompute, f"{m.name} has Mamba-2 layers: op-level "
+                        "recomputation (torchtitan's save list) is not modelled for them")
+
+
+def tp_divides_mixer(m: ModelSpec, tp: Num) -> Num:
+    """Vectorised ``check_tp``: True where ``tp`` divides the mixer's heads and groups (True
+    for a model without Mamba layers)."""
+    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+        return np.ones_like(np.asarray(tp), dtype=bool)
+    return (m.mamba_num_heads % np.asarray(tp) == 0) & (m.mamba_num_groups % np.asarray(tp) == 0)
+
+
 def mamba_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> list[tuple]:
     """The mixer's GEMMs on one GPU, ``(count, M tokens, N out, K in, row_parallel)`` as
     ``gemm_shapes.layer_gemms`` gives a layer's: ``in_proj`` (column-parallel, ``N/tp``) and
@@ -132,14 +153,31 @@ def scan_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
     return np.maximum(flops, ssd_bytes_fwd(m, b, tp, cp) / hbm)
 
 
+def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float
+                    ) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the mean layer's SSD scans on one GPU:
+    ``ModelSpec.mamba_share`` scans at ``scan_time_fwd``; the backward's FLOPs and bytes are
+    twice the forward's (each contraction's two operand gradients; the chunk states and the
+    conv recomputed from the saved ``zxBCdt``), ``2 × scan_time_fwd``."""
+    t = m.mamba_share * scan_time_fwd(m, b, tp, cp, gpu, hbm)
+    return t, 2.0 * t
+
+
+def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
+    """Bytes one mixer layer keeps for its backward, one micro-batch, before any parallel split,
+    as ``memory.layer_terms`` names its tensors: ``mamba_seq`` (split by ``t`` only with SP)
+    the pre-norm's input and ``in_proj``'s input (the normed hidden state), ``2sbh`` each;
+    ``mamba_tp`` (split by ``t``) ``zxBCdt``, what ``mamba_split_conv1d_scan_combined``
+    saves (``in_proj_width``; it recomputes the conv and the chunk states), the scan's output
+    before the gated norm and the norm's output (``out_proj``'s input), ``d_inner`` each."""
+    sb = seq_len * micro_batch_size
+    return {"mamba_seq": 2 * _B16 * sb * m.hidden_size,
+            "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
+
+
 def mixer_saved_bytes(m: ModelSpec, b: Num, tp: Num, sp: Num, cp: Num = 1) -> Num:
-    """Bytes one mixer keeps for its backward on one GPU (16-bit activations): the pre-norm's
-    input ``h`` (sequence-parallel: ``h/tp``); ``in_proj``'s input (the normed ``h``, gathered
-    under SP); ``zxBCdt``, what ``mamba_split_conv1d_scan_combined`` saves (``in_proj_width/tp``;
-    it recomputes the conv); the scan's output before the norm and the norm's output (the
-    input of ``out_proj``), ``d_inner/tp`` each. The chunk states are recomputed in the
-    backward (fp32, not kept)."""
-    T = tokens_per_gpu(b, m.seq_length, cp)
-    h = m.hidden_size
+    """``saved_terms`` on one GPU: ``mamba_seq`` over ``tp`` under sequence parallelism,
+    ``mamba_tp`` over ``tp``, both over ``cp``."""
+    t = saved_terms(m, m.seq_length, 1)
     shard = np.where(np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1), tp, 1)
-    return T * _B16 * (h / shard + h + m.mamba_in_proj_width / tp + 2 * m.mamba_d_inner / tp)
+    return b * (t["mamba_seq"] / shard + t["mamba_tp"] / tp) / cp

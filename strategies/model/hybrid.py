@@ -49,6 +49,34 @@ class HybridShapes:
         return {k: p.count(c) for c, k in PATTERN_KINDS.items()}
 
     @property
+    def attention_share(self) -> float:
+        """Attention blocks per layer of the mean layer: 1 for a transformer, a hybrid model's
+        share of ``*`` layers (a cost term of the attention block is multiplied by it)."""
+        if not self.is_hybrid:
+            return 1.0
+        return self.hybrid_pattern.count("*") / self.num_layers
+
+    @property
+    def mamba_share(self) -> float:
+        """Mamba-2 mixers per layer of the mean layer (0 for a transformer)."""
+        if not self.is_hybrid:
+            return 0.0
+        return self.hybrid_pattern.count("M") / self.num_layers
+
+    @property
+    def mlp_share(self) -> float:
+        """MLP blocks (dense or MoE) per layer of the mean layer: 1 for a transformer."""
+        if not self.is_hybrid:
+            return 1.0
+        return sum(self.layer_shares().values())
+
+    @property
+    def blocks_per_layer(self) -> int:
+        """Pre-norms and residual adds per layer: 2 in a transformer layer (attention, MLP),
+        1 in a hybrid model's (one block each)."""
+        return 1 if self.is_hybrid else 2
+
+    @property
     def mamba_d_inner(self) -> int:
         """``d_inner = mamba_num_heads * mamba_head_dim`` (the mixer's inner width)."""
         return self.mamba_num_heads * self.mamba_head_dim

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 class LayerKinds:
     """``ModelSpec``'s methods on its layers' kinds (``dense``, ``moe``) and windows."""
 
+    def cost_kinds(self) -> tuple[str, ...]:
+        """The layer kinds a layout's content counts and the cost model prices one by one:
+        ``dense``, ``moe``, and a hybrid model's ``mamba`` and ``attention``."""
+        return ("dense", "moe", "mamba", "attention") if self.is_hybrid else ("dense", "moe")
+
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer ``i`` (0-based) routes its tokens to experts."""
         if self.is_hybrid:

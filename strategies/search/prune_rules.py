@@ -54,9 +54,11 @@ RULES: tuple[tuple[str, str], ...] = (
 
 
 def tp_divides_heads(model: ModelSpec, tp):
-    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads.
-    Vectorised."""
-    return (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads (and a
+    hybrid model's Mamba-2 heads and groups, ``mamba_mixer.tp_divides_mixer``). Vectorised."""
+    from strategies.cost.mamba_mixer import tp_divides_mixer
+    ok = (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+    return ok & tp_divides_mixer(model, tp) if model.is_hybrid else ok
 
 
 def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
