@@ -59,14 +59,14 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
 
 def scan_flops_fwd(m: ModelSpec, gbs: Num) -> Num:
     """Forward FLOPs of a hybrid model's SSD scans over ``gbs`` sequences, every Mamba-2
-    layer (``mamba_mixer.ssd_flops_fwd``; 0 without Mamba layers). Counted with the attention
+    layer (``mamba_mixer.ssd_flops``; 0 without Mamba layers). Counted with the attention
     core: model FLOPs, and redone by a full recomputation. (Megatron-LM's ``hybrid_flops``
     counts the scan as ``7·T·2h·N``, its own note calling it an estimate to update for the
     SSD kernels; this is the SSD kernels' count.)"""
     if not (m.is_hybrid and m.mamba_share):
         return 0.0
-    from strategies.cost.mamba_mixer import ssd_flops_fwd
-    return m.num_layers * m.mamba_share * ssd_flops_fwd(m, gbs, 1, 1)
+    from strategies.cost.mamba_mixer import ssd_flops
+    return m.num_layers * m.mamba_share * ssd_flops(m, gbs, 1, 1)
 
 
 def _early_stop_flops(m: ModelSpec, gbs: Num) -> Num:

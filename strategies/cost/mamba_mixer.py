@@ -23,14 +23,14 @@ five kernels: the chunk cumsum of ``dt·A``; ``_bmm_chunk_fwd``, ``C·Bᵀ`` per
 (``2·q·N·P``); ``_state_passing_fwd``, the sequential pass of the states across chunks (a
 multiply-add per state element per chunk, ``2·N·P`` per head); ``_chunk_scan_fwd``, the
 intra-chunk output ``(L∘CBᵀ)·x`` (``2·q²·P`` per head) plus the states' contribution ``C·h``
-(``2·q·N·P`` per head). ``ssd_flops_fwd`` is the closed form of that sum over the chunks; the
-backward's contractions are two per forward contraction (each operand's gradient), twice
-the forward's FLOPs. The five unfused kernels are "mostly bottlenecked by memory bandwidth
+(``2·q·N·P`` per head). ``ssd_flops`` is the closed form of that sum over the chunks, and of
+the backward's kernels (``_mamba_chunk_scan_combined_bwd``); ``SSD_TRAFFIC`` their HBM
+reads and writes. The five unfused kernels are "mostly bottlenecked by memory bandwidth
 and latency", writing and reading their intermediates (PyTorch blog, "Accelerating Mamba2
 with kernel fusion", 2025, which measured 1.5-2.5x from fusing them on A100/H100): the scan's
 time is the larger of its FLOPs at the fused-attention rate the GPU is given
 (``GPU.attention_efficiency``, the class of kernel it is) and its HBM bytes at the usable
-bandwidth (``ssd_bytes_fwd``).
+bandwidth (``ssd_bytes``).
 """
 from __future__ import annotations
 
@@ -104,63 +104,88 @@ def _chunk_sums(T: Num, Q: int) -> tuple[Num, Num, Num]:
     return full + (r > 0), T, full * Q * Q + r * r
 
 
-def ssd_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
-    """FLOPs of the SSD scan's forward on one GPU (module docstring): per sequence of ``s``
-    tokens, with ``H/tp`` heads and ``G/tp`` groups, chunks ``c``, ``Σq = s``, ``Σq²``:
-    ``2·Σq²·N·G + 2·Σq²·P·H + 4·s·N·P·H + 2·c·N·P·H`` (the four matmul kernels and the state
-    passing), times ``b`` sequences. The ``D`` skip and the gate are elementwise
-    (``mixer_elementwise_bytes``)."""
+#: Per-token HBM traffic of the SSD kernels, as multiples of ``(X, BC, CBt, H, S)`` bytes:
+#: ``X = 2·H·P`` (x, z, y, dout: 16-bit per head dim), ``BC = 2·G·N`` (B or C, 16-bit),
+#: ``CBt = 4·G·Q`` (C·Bᵀ, fp32, per token of a chunk), ``H = 4·H`` (dt and its cumsum, fp32;
+#: the 16-bit dt input counted as half of one), ``S = 4·H·N·P/Q`` (a chunk's states, fp32,
+#: per token). Each kernel's reads and writes from ``mamba_ssm/ops/triton/ssd_combined.py``
+#: (state-spaces/mamba e9594ce, ``_mamba_chunk_scan_combined_fwd`` l.374-387 and
+#: ``_mamba_chunk_scan_combined_bwd`` l.441-507):
+#: forward, cumsum (dt in, dA and dt out) 0 0 0 2.5 0; chunk state (B, x, dt, dA in; states
+#: out) 1 1 0 2 1; state passing (states in and out) 0 0 0 0 2; C·Bᵀ (C, B in, CB out)
+#: 0 2 1 0 0; chunk scan (CB, x, z, dt, dA, C, states in; y and y before the gate out)
+#: 4 1 1 2 1: in all 5 4 2 6.5 4.
+#: backward, the forward's first four again (the cumsum, C·Bᵀ, the chunk states and their
+#: passing) 1 3 1 4.5 3; dz (x, z, y, dout in; dz and the gated dout out) 6 0 0 0 0;
+#: dstates (C, dA, dout in; dstates out) 1 1 0 1 1; state passing backward (states and
+#: dstates in, both out at 16 bits) 0 0 0 0 3; dx (x, dt, dA, B, CB, dout, dstates in; dx and
+#: ddt out) 3 1 1 3 0.5; dB (x, dt, dA, dstates, B in; dB and ddA out) 1 2 0 3 0.5; dC
+#: (states, dA, dout, C in; dC and ddA out) 1 2 0 2 0.5; dCB (x, dt, dA, dout in; dCB out)
+#: 2 0 1 2 0; the two C·Bᵀ backwards (C or B, dCB, the residual in; dB or dC out) 0 6 2 0 0;
+#: ddA (x, dt, dA, dout, CB in; ddA out) 2 0 1 3 0; the cumsum's backward 0 0 0 5 0:
+#: in all 17 15 6 23.5 8.5.
+SSD_TRAFFIC = {False: (5, 4, 2, 6.5, 4), True: (17, 15, 6, 23.5, 8.5)}
+
+
+def ssd_flops(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
+    """FLOPs of the SSD scan on one GPU, forward or ``backward`` (module docstring): per
+    sequence of ``s`` tokens, with ``H/tp`` heads and ``G/tp`` groups, chunks ``c``, ``Σq = s``,
+    ``Σq²``, the forward ``2·Σq²·N·G + 2·Σq²·P·H + 4·s·N·P·H + 2·c·N·P·H`` (C·Bᵀ, the
+    intra-chunk output, the chunk states and their read-out, the state passing); the
+    backward (``_mamba_chunk_scan_combined_bwd``: C·Bᵀ, the chunk states and their passing
+    recomputed; dstates, their passing back, dx's two contractions, dB, dC, dCB, the two
+    C·Bᵀ backwards, ddA) ``6·Σq²·N·G + 6·Σq²·P·H + 10·s·N·P·H + 4·c·N·P·H``; times ``b``
+    sequences. The ``D`` skip and the gate are elementwise (``SSD_TRAFFIC``)."""
     s = tokens_per_gpu(1, m.seq_length, cp)
     c, sq, sq2 = _chunk_sums(s, m.mamba_chunk_size)
     N, P = m.mamba_state_dim, m.mamba_head_dim
     H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
-    per_seq = 2 * sq2 * N * G + 2 * sq2 * P * H + 4 * sq * N * P * H + 2 * c * N * P * H
+    k = (6, 6, 10, 4) if backward else (2, 2, 4, 2)
+    per_seq = (k[0] * sq2 * N * G + k[1] * sq2 * P * H + k[2] * sq * N * P * H
+               + k[3] * c * N * P * H)
     return b * per_seq
 
 
-def ssd_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
-    """HBM bytes the five SSD kernels move in the forward on one GPU (per rank: ``H/tp``
-    heads, ``G/tp`` groups), per token: ``x`` read twice (chunk state, chunk scan) and ``y``
-    written (16-bit, ``H·P`` each); ``B`` read twice and ``C`` twice (``G·N``); ``dt`` read
-    once (16-bit) and its fp32 cumsum and ``dt`` written once and read by two kernels
-    (``H``); ``C·Bᵀ`` written and read in fp32 (``G·Q``); the chunk states (fp32 ``H·N·P``
-    per chunk) written, read and written by the state passing, read by the chunk scan."""
+def ssd_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
+    """HBM bytes the SSD kernels move on one GPU (per rank: ``H/tp`` heads, ``G/tp`` groups),
+    forward or ``backward``: ``SSD_TRAFFIC``'s multiples of the per-token sizes over the
+    GPU's tokens (the chunk states per chunk: ``T/Q`` of them, a partial last chunk whole)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     N, P, Q = m.mamba_state_dim, m.mamba_head_dim, m.mamba_chunk_size
     H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
     s = tokens_per_gpu(1, m.seq_length, cp)
     chunks = _chunk_sums(s, Q)[0] * b
-    per_token = (3 * H * P * _B16 + 4 * G * N * _B16 + H * (_B16 + 6 * _F32)
-                 + 2 * G * Q * _F32)
-    return T * per_token + chunks * 4 * H * N * P * _F32
+    x, bc, cb, dt, st = SSD_TRAFFIC[backward]
+    per_token = x * H * P * _B16 + bc * G * N * _B16 + cb * G * Q * _F32 + dt * H * _F32
+    return T * per_token + chunks * st * H * N * P * _F32
 
 
 def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
-    """HBM bytes of the mixer's kernels around the scan in the forward, one GPU: the fused
+    """HBM bytes of the mixer's kernels around the scan in the forward, one GPU: the causal
     conv1d reads ``x, B, C`` (``conv_dim/tp`` 16-bit per token) and writes its SiLU output;
-    the gate reads ``z`` (``d_inner/tp``); the gated RMSNorm reads ``y`` and writes its output
-    (``d_inner/tp`` each)."""
+    the gated RMSNorm reads the scan's output and writes its own (``d_inner/tp`` each; the
+    gate ``z`` is read by the scan, ``SSD_TRAFFIC``)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     conv, di = m.mamba_conv_dim / tp, m.mamba_d_inner / tp
-    return T * _B16 * (2 * conv + 3 * di)
+    return T * _B16 * (2 * conv + 2 * di)
 
 
-def scan_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
-                  dtype: str = "bf16") -> Num:
-    """Forward seconds of the SSD scan on one GPU: the larger of its FLOPs at
-    ``peak · attention_efficiency`` and its bytes at ``hbm`` (bytes/s, ``usable_hbm``)."""
-    flops = ssd_flops_fwd(m, b, tp, cp) / (gpu.peak("bf16") * gpu.attention_efficiency)
-    return np.maximum(flops, ssd_bytes_fwd(m, b, tp, cp) / hbm)
+def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
+              backward: bool = False) -> Num:
+    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its FLOPs
+    at ``peak · attention_efficiency`` and its bytes at ``hbm`` (bytes/s, ``usable_hbm``)."""
+    flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
+    return np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm)
 
 
 def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float
                     ) -> tuple[Num, Num]:
     """(forward, backward) seconds of the mean layer's SSD scans on one GPU:
-    ``ModelSpec.mamba_share`` scans at ``scan_time_fwd``; the backward's FLOPs and bytes are
-    twice the forward's (each contraction's two operand gradients; the chunk states and the
-    conv recomputed from the saved ``zxBCdt``), ``2 × scan_time_fwd``."""
-    t = m.mamba_share * scan_time_fwd(m, b, tp, cp, gpu, hbm)
-    return t, 2.0 * t
+    ``ModelSpec.mamba_share`` scans at ``scan_time`` (the backward's own kernels: the chunk
+    states and C·Bᵀ recomputed from the saved ``zxBCdt``, then its gradients)."""
+    w = m.mamba_share
+    return (w * scan_time(m, b, tp, cp, gpu, hbm),
+            w * scan_time(m, b, tp, cp, gpu, hbm, backward=True))
 
 
 def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
