@@ -90,27 +90,6 @@ def test_hybrid_pattern_kinds_and_views():
         model_preset("llama3-8b").of_kind("mamba")
 
 
-@pytest.mark.parametrize("edit,field", [
-    (lambda c: c.pop("ssm_state_size"), "ssm_state_size"),
-    (lambda c: c.pop("chunk_size"), "chunk_size"),
-    (lambda c: c.update(hybrid_override_pattern="MEX" + c["hybrid_override_pattern"][3:]),
-     "hybrid_pattern"),
-    (lambda c: c.update(hybrid_override_pattern="ME"), "hybrid_override_pattern"),
-    (lambda c: c.update(mlp_hidden_act="silu"), "mlp_hidden_act"),
-    (lambda c: c.update(moe_latent_size=1024), "moe_latent_size"),
-    (lambda c: c.update(num_nextn_predict_layers=1), "num_nextn_predict_layers"),
-    (lambda c: c.update(mamba_inner_widening=2), "mamba_inner_widening"),   # unknown, structural
-    (lambda c: c.update(n_groups=7), "mamba_num_heads"),                      # 64 % 7
-    (lambda c: c.update(layers_block_type=["mamba"] * 52), "hybrid_override_pattern"),
-])
-def test_bad_nemotron_h_configs_name_the_field(edit, field):
-    c = nano()
-    edit(c)
-    with pytest.raises(SpecError) as e:
-        model_from_hf(c)
-    assert e.value.field == field
-
-
 def test_mamba_fields_need_a_pattern():
     with pytest.raises(SpecError) as e:
         ModelSpec("m", 4, 256, 8, 1024, 1000, mamba_num_heads=8)

@@ -137,8 +137,8 @@ def check_hybrid(spec: "ModelSpec") -> None:
                 raise SpecError(f, None, "is required by a pattern with Mamba layers (M)")
             check_int(f, v, 1, 1 << 20)
         if spec.mamba_num_heads % spec.mamba_num_groups:
-            raise SpecError("mamba_num_heads", spec.mamba_num_heads, f"must be a multiple of "
-                            f"mamba_num_groups={spec.mamba_num_groups} (mamba_mixer.py l.274)")
+            raise SpecError("mamba_num_groups", spec.mamba_num_groups, f"must divide "
+                            f"mamba_num_heads={spec.mamba_num_heads} (mamba_mixer.py l.274)")
     for f in ("mamba_conv_bias", "mamba_proj_bias"):
         check_bool(f, getattr(spec, f))
     if ("E" in p) != spec.is_moe:
