@@ -48,10 +48,10 @@ _B16, _F32 = 2, 4
 def check_tp(m: ModelSpec, tp: int) -> None:
     """``SpecError`` unless tensor parallelism ``tp`` divides the mixer's heads and groups
     (``mamba_mixer.py`` l.262 and l.270: ``nheads % tp_size == 0``, ``ngroups % tp_size == 0``)."""
-    for f in ("mamba_num_heads", "mamba_num_groups"):
-        if getattr(m, f) % tp:
-            raise SpecError("plan.tp", tp, f"must divide {m.name}'s {f}={getattr(m, f)} "
-                            "(Megatron-Core's MambaMixer splits heads and groups over tp)")
+    if not bool(tp_divides_mixer(m, tp)):
+        f = "mamba_num_heads" if m.mamba_num_heads % tp else "mamba_num_groups"
+        raise SpecError("plan.tp", tp, f"must divide {m.name}'s {f}={getattr(m, f)} "
+                        "(Megatron-Core's MambaMixer splits heads and groups over tp)")
 
 
 def check_cp(m: ModelSpec, cp: int) -> None:
@@ -78,8 +78,9 @@ def check_hybrid_plan(m: ModelSpec, tp: int, cp: int, recompute: str) -> None:
 
 
 def tp_divides_mixer(m: ModelSpec, tp: Num) -> Num:
-    """Vectorised ``check_tp``: True where ``tp`` divides the mixer's heads and groups (True
-    for a model without Mamba layers)."""
+    """True where ``tp`` divides the mixer's heads and groups (``mamba_mixer.py`` l.262,
+    l.270; True for a model without Mamba layers): the rule ``check_tp`` raises and the
+    search's ``tp_heads`` mask applies. Vectorised."""
     if not (m.is_hybrid and m.layer_counts()["mamba"]):
         return np.ones_like(np.asarray(tp), dtype=bool)
     return (m.mamba_num_heads % np.asarray(tp) == 0) & (m.mamba_num_groups % np.asarray(tp) == 0)

@@ -106,6 +106,8 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         # and the shared rope key; none without MLA
         "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
                         + 2 * sb * model.qk_rope_head_dim) if model.is_mla else 0,
+        # a hybrid model's Mamba-2 layers (below); none in a transformer
+        "mamba_seq": 0, "mamba_tp": 0,
     }
     if model.is_hybrid:     # the mean layer's blocks: attention, MLP, Mamba-2 (their shares)
         from strategies.cost.mamba_mixer import saved_terms
