@@ -16,7 +16,8 @@ from topologies.limits import check_bool, check_int, check_name
 from topologies.yaml_io import load_mapping_file
 
 HF_TYPES = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "gpt_neox", "qwen2_moe", "qwen3",
-            "qwen3_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss")
+            "qwen3_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss",
+            "nemotron_h")
 _MAX_INT = 1 << 40   # the ModelSpec fields carry their own, tighter limits
 
 # Fields that change the cost in some supported model type. A config of another type that
@@ -34,7 +35,8 @@ _COST_FIELDS = {
 # Unknown keys whose names say they shape the network are refused too (a typo or a newer
 # architecture knob must not be dropped silently); other unknown keys are metadata.
 _STRUCTURAL = re.compile(r"expert|lora|nextn|window|chunk|moe|shared|dense|sparse|latent|"
-                         r"head_dim|num_.*layers|intermediate|kv_|_rank", re.ASCII)
+                         r"head_dim|num_.*layers|intermediate|kv_|_rank|mamba|ssm|conv_|hybrid",
+                         re.ASCII)
 _NEUTRAL = {  # known keys that change neither FLOPs, bytes nor memory of training
     "max_window_layers", "output_router_logits", "router_aux_loss_coef", "norm_topk_prob",
     "topk_method", "scoring_func", "routed_scaling_factor",
@@ -309,6 +311,14 @@ def _gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     return args
 
 
+def _nemotron_h(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """nemotron_h: the hybrid Mamba-2 / attention / MoE models (``strategies.hf_nemotron_h``)."""
+    from strategies.hf_nemotron_h import NEUTRAL, READ, nemotron_h_args
+    args = nemotron_h_args(cfg, _common(cfg), _int, _bool)
+    _refuse_unread(cfg, mt, _READ_COMMON | READ | NEUTRAL)
+    return args
+
+
 def _number(key: str, v: Any, lo: float, hi: float) -> float:
     """A float field in ``(lo, hi)`` (a bool or a string is refused by name)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:
@@ -405,6 +415,8 @@ def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:
         args = _llama4(cfg, mt)
     elif mt == "gpt_oss":
         args = _gpt_oss(cfg, mt)
+    elif mt == "nemotron_h":
+        args = _nemotron_h(cfg, mt)
     else:
         args = _llama_like(cfg, mt)
     _check_stated(cfg, "llama4_text" if mt == "llama4" else mt)   # after the type's own checks
@@ -427,6 +439,9 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "moe_ffn_hidden_size": ("moe_intermediate_size",),
     "num_query_groups": ("num_key_value_heads",),
     "num_layers": ("num_hidden_layers",),
+    "hybrid_pattern": ("hybrid_override_pattern", "layers_block_type"),
+    "mamba_num_groups": ("n_groups",),
+    "mamba_state_dim": ("ssm_state_size",),
 }
 
 

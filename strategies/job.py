@@ -20,6 +20,7 @@ from strategies.plan import Plan
 from strategies.schedules import get_schedule
 from strategies.flushes import flush_rules
 from strategies.schedules.validity import raise_first
+from strategies.cost.mamba_mixer import check_hybrid_plan
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
 
@@ -197,6 +198,7 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         raise SpecError("tp", plan.tp, f"must divide num_attention_heads={a}")
     if kv % plan.tp:
         raise SpecError("tp", plan.tp, f"must divide num_query_groups (KV heads)={kv}")
+    check_hybrid_plan(model, plan.tp, plan.cp, plan.recompute)
     lay = build_layout(model, plan)  # the layers each chunk holds; SpecError where it cannot
     _check_recompute_against_model(model, plan, lay)
     s = model.seq_length

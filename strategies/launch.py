@@ -131,7 +131,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     if m.attention_sinks:
         notes.append("attention sinks (gpt-oss) have no Megatron-LM flag: the model code "
                      "must add them")
-    head = f"torchrun --nproc_per_node {cl.gpus_per_host} --nnodes {cl.num_hosts} pretrain_gpt.py"
+    script = "pretrain_hybrid.py" if m.is_hybrid else "pretrain_gpt.py"
+    head = f"torchrun --nproc_per_node {cl.gpus_per_host} --nnodes {cl.num_hosts} {script}"
     return " \\\n    ".join([head] + a), notes
 
 
@@ -170,7 +171,7 @@ def _model_args(m) -> list[str]:
                      f"{m.num_shared_experts * m.shared_ffn}")
         if m.shared_expert_gate:
             a.append("--moe-shared-expert-gate")
-        if m.num_moe_layers != m.num_layers:
+        if m.num_moe_layers != m.num_layers and not m.is_hybrid:   # (the pattern places them)
             a.append(f"--moe-layer-freq '{_layer_pattern(m)}'")
         if m.router_bias and not m.bias:   # DeepSeek-V3's auxiliary-loss-free balancing bias
             a.append("--moe-router-enable-expert-bias")
@@ -179,6 +180,15 @@ def _model_args(m) -> list[str]:
                   f"--moe-router-group-topk {m.moe_router_group_topk}"]
     if m.num_nextn_predict_layers:
         a.append(f"--mtp-num-layers {m.num_nextn_predict_layers}")
+    if m.is_hybrid:    # Megatron-LM's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern)
+        a += [f"--hybrid-layer-pattern '{m.hybrid_pattern}'", "--position-embedding-type none"]
+        if m.activation == "squared_relu":
+            a.append("--squared-relu")
+        if m.mamba_share:
+            a += [f"--mamba-num-heads {m.mamba_num_heads}",
+                  f"--mamba-head-dim {m.mamba_head_dim}",
+                  f"--mamba-state-dim {m.mamba_state_dim}",
+                  f"--mamba-num-groups {m.mamba_num_groups}"]
     return a
 
 

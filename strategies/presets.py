@@ -26,6 +26,15 @@ def _moe(name: str, l: int, h: int, a: int, kv: int | None, ffn: int, v: int, s:
                      position_embedding="rope", norm="rmsnorm", dropout=False, **kw)
 
 
+def _hybrid(name: str, pattern: str, h: int, a: int, kv: int, ffn: int, **kw) -> ModelSpec:
+    """A Nemotron-H family model (vocab 131072, 8K tokens, RMSNorm, squared ReLU, no position
+    embedding, untied output; Mamba-2 head 64, 8 groups, conv 4 with a bias, chunk 128)."""
+    return ModelSpec(name, len(pattern), h, a, ffn, 131072, 8192, kv, "squared_relu",
+                     position_embedding="none", norm="rmsnorm", dropout=False,
+                     hybrid_pattern=pattern, mamba_head_dim=64, mamba_num_groups=8,
+                     mamba_conv_kernel=4, mamba_chunk_size=128, **kw)
+
+
 _ALL = [
     # Narayanan et al. 2021 Table 1 (vocab 51200, seq 2048)
     _gpt("gpt-1.7b", 24, 2304, 24), _gpt("gpt-3.6b", 30, 3072, 32),
@@ -87,6 +96,22 @@ _ALL = [
          kv_channels=64, bias=True, router_bias=True, attention_sinks=True,
          sliding_window=128, global_attention_every=2, activation_clamp=7.0,
          rope_attention_factor=yarn_attention_factor(32.0)),
+]
+_ALL += [  # hybrid Mamba-2 models (strategies.model.hybrid)
+    # NVIDIA Nemotron-H (arXiv 2504.03624; Megatron-Bridge recipes/nemotronh/h100/nemotronh.py):
+    # 8B 24 Mamba-2 + 4 attention + 24 MLP layers, 56B 54 + 10 + 54; squared-ReLU MLP, GQA 8,
+    # no position embedding, Mamba-2 head 64, 8 groups, conv 4, chunk 128, vocab 131072, 8K
+    _hybrid("nemotron-h-8b", "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 4096, 32,
+            8, 21504, mamba_num_heads=128, mamba_state_dim=128),
+    _hybrid("nemotron-h-56b", "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+            "-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 8192, 64, 8, 32768,
+            mamba_num_heads=256, mamba_state_dim=256),
+    # NVIDIA Nemotron 3 Nano 30B-A3B (its config.json, tests/data/hf/): 23 Mamba-2 + 23 MoE + 6
+    # attention layers, 128 routed experts (top 6) and one shared expert of 3712, GQA 2
+    _hybrid("nemotron3-nano-30b-a3b", "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+            2688, 32, 2, 1856, mamba_num_heads=64, mamba_state_dim=128, kv_channels=128,
+            num_experts=128, moe_router_topk=6, moe_ffn_hidden_size=1856, num_shared_experts=1,
+            shared_expert_ffn_hidden_size=3712, router_bias=True),
 ]
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
 _ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}

@@ -239,6 +239,22 @@ def test_bad_deepseek_configs_name_the_field(edit, field):
     ("gpt_oss_120b", lambda c: c.update(experts_per_token=2), "experts_per_token"),
     ("mixtral_8x22b", lambda c: c.update(n_shared_experts=2), "n_shared_experts"),
     ("mixtral_8x22b", lambda c: c.update(attention_bias=True), "attention_bias"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.pop("ssm_state_size"), "ssm_state_size"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.pop("chunk_size"), "chunk_size"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(
+        hybrid_override_pattern="MEX" + c["hybrid_override_pattern"][3:]),
+     "hybrid_override_pattern"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(hybrid_override_pattern="ME"),
+     "hybrid_override_pattern"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(mlp_hidden_act="silu"), "mlp_hidden_act"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(moe_latent_size=1024), "moe_latent_size"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(num_nextn_predict_layers=1),
+     "num_nextn_predict_layers"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(mamba_inner_widening=2),   # unknown, structural
+     "mamba_inner_widening"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(n_groups=7), "n_groups"),      # 64 heads % 7
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(layers_block_type=["mamba"] * 52),
+     "hybrid_override_pattern"),
 ])
 def test_bad_configs_name_the_field(name, edit, field):
     c = hf(name)

@@ -59,9 +59,12 @@ def score_elements(s: int, window: int | None = None, kind: str = "sliding",
 
 def mean_score_elements(m: ModelSpec, mode: str = "square", windows: bool = True) -> float:
     """``score_elements`` of the mean layer: windowed and full layers weighted by count
-    (``windows`` False: every layer full, what an unfused kernel computes before masking)."""
+    (``windows`` False: every layer full, what an unfused kernel computes before masking); a
+    hybrid model's mean layer has ``ModelSpec.attention_share`` attention blocks."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
     full = score_elements(s, None, mode=mode)
+    if m.is_hybrid:
+        return m.attention_share * full
     if not nw or not windows:
         return full
     win = score_elements(s, m.sliding_window, m.window_kind, mode)

@@ -33,9 +33,15 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     h = m.hidden_size
     # the 1-byte mask only where the model trains with dropout (ModelSpec.dropout: with
     # p = 0 the fused bias-dropout-add reads x and the residual and writes the sum, no mask)
-    norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + (h if m.dropout else 0))) * T
+    # (``blocks_per_layer``: a hybrid model's layer has one norm and one residual add)
+    norm_drop = (norm_bytes_per_token(m)
+                 + m.blocks_per_layer * (6 * h + (h if m.dropout else 0))) * T
     act = activation_fn_bytes_fwd(m, b, tp, cp, m.mean_mlp_width())
     rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
+    if m.is_hybrid:     # and its Mamba-2 mixers' own kernels around the scan
+        from strategies.cost.mamba_mixer import mixer_elementwise_bytes_fwd
+        return norm_drop / _seq_shard(tp, sp) + act + \
+            m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp)
     return norm_drop / _seq_shard(tp, sp) + act + rope
 
 
@@ -126,12 +132,12 @@ def _seq_shard(tp: Num, sp: Num) -> Num:
 
 def norm_bytes_per_token(m: ModelSpec) -> float:
     """HBM bytes per token of one layer's two norms' forward: each reads and writes ``h``
-    bf16 elements, ``8h``."""
-    return 8 * m.hidden_size
+    bf16 elements, ``8h`` (a hybrid model's layer has one, ``4h``)."""
+    return 4 * m.blocks_per_layer * m.hidden_size
 
 
 def norm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
-    """HBM bytes of one layer's two norms' forward per GPU (``norm_bytes_per_token`` over
+    """HBM bytes of one layer's two norms' forward per GPU (one in a hybrid model's layer) (``norm_bytes_per_token`` over
     the GPU's tokens; divided by ``t`` with SP)."""
     return norm_bytes_per_token(m) * tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp)
 

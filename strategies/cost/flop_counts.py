@@ -43,7 +43,7 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
     ``flash_rerun`` as ``hardware_flops_per_step``."""
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
-    attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
+    attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L + scan_flops_fwd(m, gbs)
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
     redo = gemm - (_early_stop_flops(m, gbs) if early_stop else 0.0)
     extra = np.where(recompute == 2, share * (redo + attn),
@@ -55,6 +55,18 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
     mtp = np.where(flash, 3 * gbs * m.seq_length * mtp_flops_fwd_per_token(m, causal=True),
                    mtp) if m.num_nextn_predict_layers else 0.0
     return 3 * (gemm + attn + head) + extra + mtp
+
+
+def scan_flops_fwd(m: ModelSpec, gbs: Num) -> Num:
+    """Forward FLOPs of a hybrid model's SSD scans over ``gbs`` sequences, every Mamba-2
+    layer (``mamba_mixer.ssd_flops``; 0 without Mamba layers). Counted with the attention
+    core: model FLOPs, and redone by a full recomputation. (Megatron-LM's ``hybrid_flops``
+    counts the scan as ``7·T·2h·N``, its own note calling it an estimate to update for the
+    SSD kernels; this is the SSD kernels' count.)"""
+    if not (m.is_hybrid and m.mamba_share):
+        return 0.0
+    from strategies.cost.mamba_mixer import ssd_flops
+    return m.num_layers * m.mamba_share * ssd_flops(m, gbs, 1, 1)
 
 
 def _early_stop_flops(m: ModelSpec, gbs: Num) -> Num:
@@ -80,7 +92,7 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     if early_stop:
         gemm = gemm - _early_stop_flops(m, gbs)
-    attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
+    attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L + scan_flops_fwd(m, gbs)
     extra = np.where(recompute == 2, share * (gemm + attn),
                      np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules,
                                                                early_stop, flash_rerun),
@@ -151,6 +163,8 @@ def training_flops_per_token(m: ModelSpec, causal: bool = False, mtp: bool = Fal
     multi-token-prediction modules. Embedding lookups, norms and activations not counted."""
     fwd = gemm_flops_fwd(m, 1, 1, 1) * m.num_layers / m.seq_length \
         + attn_core_flops_per_token(m, causal) + head_flops_fwd_per_token(m)
+    if m.is_hybrid:
+        fwd = fwd + scan_flops_fwd(m, 1) / m.seq_length
     return 3.0 * (fwd + (mtp_flops_fwd_per_token(m, causal) if mtp else 0.0))
 
 

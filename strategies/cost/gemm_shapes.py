@@ -30,7 +30,7 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
 
 #: The part of a layer each GEMM of ``layer_gemm_parts`` belongs to (what a selective
 #: recomputation module redoes: ``strategies.cost.recompute.MODULE_PARTS``).
-GEMM_PARTS = ("attn", "mla_up", "dense_mlp", "routed_mlp", "shared_mlp")
+GEMM_PARTS = ("attn", "mla_up", "dense_mlp", "routed_mlp", "shared_mlp", "mamba")
 
 
 def whole_gemm_split(tp: Num, sp: Num, shard_rows: bool, down_column: bool
@@ -68,14 +68,17 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     T_rep = T / np.where(np.asarray(cols) > 1, 1.0, rows)[()]
     T_gate = T / rows
     out: list[tuple[str, tuple]] = []
+    a = 1                                           # attention blocks per (mean) layer
+    if m.is_hybrid:
+        a = m.attention_share if kind is None else float(kind == "attention")
     for name, k_in, n_out, split in m.attention_linears():
         part = "mla_up" if name in ("q_up", "kv_up") else "attn"
         if split == "row":
-            out.append((part, (1, T, n_out, k_in / tp, True)))
+            out.append((part, (a, T, n_out, k_in / tp, True)))
         elif split == "col":
-            out.append((part, (1, T, n_out / tp, k_in, False)))
+            out.append((part, (a, T, n_out / tp, k_in, False)))
         else:
-            out.append((part, (1, T_rep, n_out / cols, k_in, False)))
+            out.append((part, (a, T_rep, n_out / cols, k_in, False)))
     for kind_, w in m.layer_shares(kind).items():
         if kind_ == "dense":
             F = m.ffn_hidden_size
@@ -93,6 +96,12 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                     ("shared_mlp", (w, T, h, Fs / tp, True))]
         if m.shared_expert_gate:
             out.append(("shared_mlp", (w, T_gate, 1, h, None)))
+    if m.is_hybrid and m.mamba_share and kind in (None, "mamba"):
+        # the Mamba-2 mixers' in_proj and out_proj (strategies.cost.mamba_mixer), last so
+        # the attention-then-MLP order the TP rules read stays as it is
+        from strategies.cost.mamba_mixer import mamba_gemms
+        w = 1.0 if kind == "mamba" else m.mamba_share
+        out += [("mamba", (w * c, M, N, K, r)) for c, M, N, K, r in mamba_gemms(m, b, tp, cp)]
     return out
 
 

@@ -22,6 +22,7 @@ from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd,
 from strategies.cost.grad_time import (bf16_optimizer_launch_time, gather_copy_out_time,
                                        grad_accum_time, sharded_grad_pass_time)
 from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.mamba_mixer import mamba_scan_time
 from strategies.cost.split_projections import split_projection_time
 from strategies.cost.moe_time import (expert_bias_time, expert_pad_time, expert_quantise_time,
                                       moe_host_time, moe_permute_time, moe_sync_time)
@@ -90,6 +91,8 @@ def column_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple
     for (_, _, _, split), (_, g), u in zip(linears, parts, units):
         if split == "col":
             attn.append(slow * (g[0] * u[4]))
+    if m.is_hybrid:         # per linear, the attention's QKV and the Mamba in_proj averaged
+        attn = [slow * _mixer_column(m, parts, units, 4)[1]]
     dense, shared = 0.0, 0.0
     for (part, g), u in zip(parts[len(linears):], units[len(linears):]):
         if g[4] is False and part == "dense_mlp":
@@ -166,6 +169,9 @@ def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tup
     for (_, _, _, split), (_, g), (_, _, pieces, d, _) in zip(linears, parts, units):
         if split == "col":
             attn.append((1.0, slow * (g[0] * pieces * d)))
+    if m.is_hybrid:         # the attention's QKV and the Mamba in_proj: their shares
+        n, t = _mixer_column(m, parts, units, 3)
+        attn = [(n, slow * t)]
     dense, dense_n, shared, shared_n = 0.0, 0.0, 0.0, 0.0
     for (part, g), (_, _, pieces, d, _) in zip(parts[len(linears):], units[len(linears):]):
         if g[4] is False and part == "dense_mlp":
@@ -173,6 +179,21 @@ def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tup
         elif g[4] is False and part == "shared_mlp":
             shared, shared_n = pieces * d, g[0]
     return (*attn, (dense_n, slow * dense), (shared_n, slow * shared))
+
+
+def _mixer_column(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+                  field: int) -> tuple[float, Num]:
+    """A hybrid model's column-parallel linears on the hidden state before its MLPs: the
+    attention's QKV and the Mamba-2 ``in_proj`` (``gemm_shapes.layer_gemm_parts``' ``attn``
+    and ``mamba`` column GEMMs): ``(share, seconds)``, ``share`` their count per mean layer,
+    ``seconds`` one linear's mean GEMM seconds over them (``units``' ``field``: 3 the data
+    gradient, times its pieces; 4 the weight gradient). ``(0, 0)`` where there is none."""
+    n, t = 0.0, 0.0
+    for (part, g), u in zip(parts, units):
+        if part in ("attn", "mamba") and g[4] is False:
+            n = n + g[0]
+            t = t + g[0] * (u[2] * u[3] if field == 3 else u[4])
+    return n, (t / n if n else 0.0)
 
 
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
@@ -220,6 +241,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     s_f, s_b, s_w = split_projection_time(m, b, tp, cp, tpo, gpu, dtype, fw, system, slow)
     g_f, g_b, g_w = g_f + s_f, g_b + s_b, g_w + s_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
+    a_core = a_f          # what a selective recomputation of the attention core redoes
+    if m.is_hybrid and m.mamba_share:   # the Mamba-2 mixers' SSD scans, beside the attention
+        m_f, m_b = mamba_scan_time(m, b, tp, cp, gpu, usable_hbm(gpu, system))
+        a_f, a_b = a_f + slow * m_f, a_b + slow * m_b
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system, fw)
     e_plain = elementwise_bytes.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
         / usable_hbm(gpu, system)
@@ -259,7 +284,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # the last GEMM an early-stopping checkpoint does not rerun: priced once, read by the
     # selective and the full recomputation below
     stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
-    sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
+    sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_core,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
                          system=system, etp=etp, load=load, fw=fw, priced=(parts, units),
                          stop=stop)

@@ -69,7 +69,7 @@ def content_params(m: ModelSpec, content: Any, tp: Num, ep: Num, etp: Num | None
     estimate's per-rank data-parallel traffic, the lower bound and the simulator's buckets)
     take it. Vectorised."""
     dense, expert = 0.0, 0.0
-    for k in ("dense", "moe"):
+    for k in m.cost_kinds():
         n = np.asarray(content.get(k, 0.0), dtype=float)
         if np.any(n):
             d_k, e_k = layer_params_split(m.of_kind(k), tp, ep, etp)

@@ -43,7 +43,7 @@ def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
     width 1, beside its own data-gradient GEMM (``layer_time.down_dgrad``), once per layer
     (docs/calibration.md §5.97). A piece of width 0 does not exist (no second attention
     column linear without MLA, no column-parallel down projection) and is left out."""
-    out = ((1.0, x.attn_w, x.rg_attn), (1.0, x.attn_w2, x.rg_attn2),
+    out = ((x.rg_attn_n, x.attn_w, x.rg_attn), (x.rg_attn_n, x.attn_w2, x.rg_attn2),
            (x.rg_dense_n, 1.0, x.rg_dense), (x.rg_shared_n, 1.0, x.rg_shared),
            (1.0, x.rg_down_qw, x.rg_down_q), (1.0, x.rg_down_kvw, x.rg_down_kv))
     return tuple(p for p in out if p[1] > 0)
@@ -77,7 +77,7 @@ def dgrad_reduce_pieces(x: Any) -> tuple[tuple[Any, tuple[tuple[Any, Any], ...]]
     one linear of width 1 (QKV, fc1), or MLA's two up projections of their latents' widths
     (``layer_time.attention_column_widths``, §5.76)."""
     attn = tuple(p for p in ((x.attn_w, x.rd_attn), (x.attn_w2, x.rd_attn2)) if p[0] > 0)
-    return ((1.0, attn), (x.rg_dense_n, ((1.0, x.rd_dense),)),
+    return ((x.rg_attn_n, attn), (x.rg_dense_n, ((1.0, x.rd_dense),)),
             (x.rg_shared_n, ((1.0, x.rd_shared),)))
 
 

@@ -20,8 +20,9 @@ def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,
     (``ModelSpec.is_moe_layer`` of each layer index) and ``mtp`` modules; kinds with no
     layer left out."""
     out: dict[str, int] = {}
+    kinds = model.layer_kinds() if model.is_hybrid else None
     for i in layout.layer_ids(rank, chunk):
-        k = "moe" if model.is_moe_layer(i) else "dense"
+        k = kinds[i] if kinds else "moe" if model.is_moe_layer(i) else "dense"
         out[k] = out.get(k, 0) + 1
     n = layout.held[rank][chunk].count(MTP)
     if n:
@@ -77,7 +78,8 @@ def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, l
             return even_stage_content(model, name, p, v, r, f, la, a)
         except SpecError:
             return (("dense", float("nan")),)
-    return _content_arrays(one, codes, pp, vpp, rank, first, last, account)[0]
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account,
+                           kinds=model.cost_kinds() + ("mtp",))[0]
 
 
 def order_chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int, chunk: int,
@@ -106,11 +108,12 @@ def even_chunks_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunks, f
         mirrored = bool(sched.mirrored) and p > 1
         return tuple(order_chunk_kinds(model, even_layout(model, name, p, v, f, la, a), r,
                                        c, mirrored).items())
-    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks)
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks,
+                           model.cost_kinds() + ("mtp",))
 
 
-def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks=(0,)
-                    ) -> list[dict]:
+def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks=(0,),
+                    kinds=("dense", "moe", "mtp")) -> list[dict]:
     """``{kind: counts}`` of ``one(schedule name, pp, vpp, rank, first, last, account,
     chunk)`` (``(kind, count)`` pairs) over broadcast arrays, once per distinct row and chunk
     id: one dict per chunk id of ``chunks``."""
@@ -120,7 +123,6 @@ def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks=(0,)
     codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
         np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
         np.asarray(first), np.asarray(last), np.asarray(account))
-    kinds = ("dense", "moe", "mtp")
     chunks = [int(c) for c in chunks]
     keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
                      last.ravel(), account.ravel()], axis=1).astype(np.int64)

@@ -66,7 +66,13 @@ TERM_KINDS = {
     "softmax_dropout_mask": "score", "attention_dropout_output": "score", "proj_input": "tp",
     "attention_dropout_mask": "seq", "ln2_input": "seq", "fc1_input": "seq",
     "activation_input": "tp", "fc2_input": "tp", "mlp_dropout_mask": "seq", "mla_latents": "seq",
+    "mamba_seq": "seq", "mamba_tp": "tp",     # a hybrid model's Mamba-2 layers (mamba_mixer)
 }
+#: the attention block's tensors (a hybrid model keeps them in its ``*`` layers only) and the
+#: MLP block's pre-norm input and mask (in its ``-`` and ``E`` layers)
+_ATTENTION_TERMS = ("ln1_input", "qkv_input", "q", "k_v", "softmax_output",
+                    "softmax_dropout_mask", "attention_dropout_output", "proj_input",
+                    "attention_dropout_mask")
 
 
 def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
@@ -100,7 +106,16 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         # and the shared rope key; none without MLA
         "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
                         + 2 * sb * model.qk_rope_head_dim) if model.is_mla else 0,
+        # a hybrid model's Mamba-2 layers (below); none in a transformer
+        "mamba_seq": 0, "mamba_tp": 0,
     }
+    if model.is_hybrid:     # the mean layer's blocks: attention, MLP, Mamba-2 (their shares)
+        from strategies.cost.mamba_mixer import saved_terms
+        for k in _ATTENTION_TERMS:
+            out[k] *= model.attention_share
+        for k in ("ln2_input", "mlp_dropout_mask"):
+            out[k] *= model.mlp_share
+        out.update({k: model.mamba_share * v for k, v in saved_terms(model, s, b).items()})
     if cache is None:
         return out
     ratio = cache_ratios(model, cache)
@@ -188,7 +203,7 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
     return {
         "scores": [(terms[n], "score") for n in ("softmax_output", "softmax_dropout_mask",
                                                  "attention_dropout_output")],
-        "norm_outputs": [(terms["qkv_input"], "seq"), (r * 2 * sbh, "seq")],
+        "norm_outputs": [(terms["qkv_input"], "seq"), (r * 2 * sbh * model.mlp_share, "seq")],
         "dense_mlp": mlp(w["dense_mlp"]),
         "routed_act": [(r * 2 * sb * w["routed_mlp"], "tp")],
         "routed_mlp": [(r * g * sb * w["routed_mlp"], "tp"),

@@ -184,12 +184,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
             content = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
             if layers is None:
-                n_layers = have["dense"] + have["moe"] + have["mtp"]
-                layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
-                                             + mirror["mtp"]) / 2, n_layers)
+                n_layers = sum(have[k] for k in have)
+                layers = np.where(mirrored, (n_layers + sum(mirror[k] for k in mirror)) / 2,
+                                  n_layers)
         shape = np.zeros_like(emb_act + out_one * is_last * stage)
         held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + shape
-                  for k in ("dense", "moe", "mtp")}
+                  for k in m.cost_kinds() + ("mtp",)}
         if layers is None:
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
         layers = np.asarray(layers, dtype=float)

@@ -159,7 +159,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
                 for k, n in stage_content(m, job.layout, r):
                     have[k] = have.get(k, 0) + n
             held.append(have)
-        content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
+        content = {k: [h.get(k, 0) for h in held] for k in m.cost_kinds() + ("mtp",)}
     # (stashed, pending W) at the peak; the layers' bytes there where the chunks differ
     per = [act.chunk_stash(job, s) for s in stages]
     peaks = [act.stash_at_peak_of(job, s, c) for s, c in zip(stages, per)]

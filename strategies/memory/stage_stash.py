@@ -39,14 +39,16 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
     model and the simulator's activation track price a mixed rank's stash."""
     if content is None or not mixed_layers(model):
         return [(model, layers)]
-    n = {k: np.asarray(content.get(k, 0.0), dtype=float) for k in ("dense", "moe", "mtp")}
-    total = n["dense"] + n["moe"] + n["mtp"]
+    kinds = model.cost_kinds()
+    n = {k: np.asarray(content.get(k, 0.0), dtype=float) for k in kinds + ("mtp",)}
+    total = sum((n[k] for k in kinds), n["mtp"]) if model.is_hybrid else \
+        n["dense"] + n["moe"] + n["mtp"]
     scale = np.divide(np.asarray(layers, dtype=float), total,
                       out=np.zeros(np.broadcast(total, np.asarray(layers)).shape),
                       where=total > 0)
     mtp_kind = param_counts.mtp_layer_kind(model)
     out = []
-    for k in ("dense", "moe"):
+    for k in kinds:
         nk = n[k] + (n["mtp"] if k == mtp_kind else 0.0)
         if np.any(nk):
             out.append((model.of_kind(k), (nk * scale)[()]))

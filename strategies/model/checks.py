@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "relu")
 NORMS = ("layernorm", "rmsnorm")
 WINDOW_KINDS = ("sliding", "chunked")
-LAYER_KINDS = ("dense", "moe")
+LAYER_KINDS = ("dense", "moe", "mamba", "attention")   # the last two: hybrid models
 _MLA_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 # Sanity limits per field (topologies.limits); the shapes of every model built so far are
@@ -75,6 +75,14 @@ def check_spec(spec: "ModelSpec") -> None:
     if spec.window_kind not in WINDOW_KINDS:
         raise SpecError("window_kind", spec.window_kind, f"must be one of {', '.join(WINDOW_KINDS)}")
     _check_variants(spec)
+    if spec.is_hybrid:
+        from strategies.model.hybrid import check_hybrid
+        check_hybrid(spec)
+    else:
+        from strategies.model.hybrid import MAMBA_FIELDS
+        for f in MAMBA_FIELDS:
+            if getattr(spec, f) is not None:
+                raise SpecError(f, getattr(spec, f), "needs hybrid_pattern (a Mamba layer)")
 
 def _check_variants(spec: "ModelSpec") -> None:
     c = spec.activation_clamp
@@ -149,7 +157,8 @@ def _check_moe(spec: "ModelSpec") -> None:
 
 
 def check_kind(kind: str) -> None:
-    """``SpecError`` unless ``kind`` is a layer kind (``dense``, ``moe``)."""
+    """``SpecError`` unless ``kind`` is a layer kind (``dense``, ``moe``; a hybrid model's
+    ``mamba`` and ``attention`` too)."""
     if kind not in LAYER_KINDS:
         raise SpecError("layer kind", kind, f"must be one of {', '.join(LAYER_KINDS)}")
 

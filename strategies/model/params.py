@@ -95,6 +95,8 @@ class ParamCounts:
     def mlp_params(self, kind: str) -> int:
         """The MLP of one layer of ``kind``: a dense MLP, or experts, shared experts, router."""
         check_kind(kind)
+        if kind in ("mamba", "attention"):
+            return 0
         if kind == "dense":
             return self.dense_mlp_params()
         return self.routed_expert_params() + self.shared_expert_params() + self.router_params()
@@ -103,6 +105,8 @@ class ParamCounts:
         """MLP intermediate width one token passes through in a layer of ``kind``: ``F``
         dense; ``topk·F_expert + shared·F_shared`` MoE."""
         check_kind(kind)
+        if kind in ("mamba", "attention"):
+            return 0
         if kind == "dense":
             return self.ffn_hidden_size
         return self.moe_router_topk * self.expert_ffn + self.num_shared_experts * self.shared_ffn
@@ -119,12 +123,15 @@ class ParamCounts:
             total = self.layers_params()
             return total // self.num_layers if total % self.num_layers == 0 else \
                 total / self.num_layers
+        if self.is_hybrid:      # one pre-norm and one block (strategies.model.hybrid)
+            block = {"mamba": self.mamba_params, "attention": self.attention_params}
+            return self.norm_params() + (block[kind]() if kind in block
+                                         else self.mlp_params(kind))
         return 2 * self.norm_params() + self.attention_params() + self.mlp_params(kind)
 
     def layers_params(self) -> int:
         """Parameters of all ``num_layers`` transformer layers."""
-        return sum(n * (2 * self.norm_params() + self.attention_params() + self.mlp_params(k))
-                   for k, n in self.layer_counts().items() if n)
+        return sum(n * self.layer_params(k) for k, n in self.layer_counts().items() if n)
 
     def expert_params_per_layer(self) -> float:
         """Routed-expert parameters of the mean layer (``routed_expert_params`` times the share

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from strategies.model.checks import check_positive, check_spec
+from strategies.model.hybrid import HybridShapes
 from strategies.model.layers import LayerKinds
 from strategies.model.params import ParamCounts
 
@@ -30,7 +31,7 @@ def yarn_attention_factor(factor: float, mscale: float | None = None,
 
 
 @dataclass(frozen=True)
-class ModelSpec(LayerKinds, ParamCounts):
+class ModelSpec(LayerKinds, ParamCounts, HybridShapes):
     """A decoder-only transformer. ``seq_length`` is the default training length (tokens).
 
     ``ffn_hidden_size`` is the MLP width of the dense layers, ``moe_ffn_hidden_size`` that of
@@ -96,6 +97,18 @@ class ModelSpec(LayerKinds, ParamCounts):
     #: input is saved for the backward on the first stage (``stage_ends.embedding_bytes``;
     #: its ``2h`` parameters and its time are neglected). docs/calibration.md §5.129.
     embedding_norm: bool = False
+    #: a hybrid model's layers, one character each (Megatron-Core's ``hybrid_layer_pattern``,
+    #: HF ``hybrid_override_pattern``): ``M`` Mamba-2, ``*`` attention, ``-`` MLP, ``E`` MoE
+    #: (``strategies.model.hybrid``); None: a transformer (attention and MLP in every layer)
+    hybrid_pattern: str | None = None
+    mamba_num_heads: int | None = None        # Mamba-2 heads H (d_inner = H * head dim)
+    mamba_head_dim: int | None = None         # P
+    mamba_state_dim: int | None = None        # N (HF ``ssm_state_size``)
+    mamba_num_groups: int | None = None       # G, B and C groups (HF ``n_groups``)
+    mamba_conv_kernel: int | None = None      # K, the causal conv1d's width
+    mamba_chunk_size: int | None = None       # Q, the SSD scan's chunk length
+    mamba_conv_bias: bool = True
+    mamba_proj_bias: bool = False             # biases on in_proj/out_proj (HF ``use_bias``)
 
     def __post_init__(self) -> None:
         check_spec(self)

@@ -30,7 +30,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("fixed", "differs from a dimension fixed with --fix"),
     ("tp_heads", "tp does not divide the attention heads or the KV heads"),
     ("pp_layers", "pp does not divide the layers"),
-    ("cp_seq", "2*cp does not divide the sequence length"),
+    ("cp_seq", "2*cp does not divide the sequence length (or the model has Mamba-2 layers, "
+               "whose context parallelism and op-level recomputation are not modelled)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
@@ -54,9 +55,11 @@ RULES: tuple[tuple[str, str], ...] = (
 
 
 def tp_divides_heads(model: ModelSpec, tp):
-    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads.
-    Vectorised."""
-    return (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads (and a
+    hybrid model's Mamba-2 heads and groups, ``mamba_mixer.tp_divides_mixer``). Vectorised."""
+    from strategies.cost.mamba_mixer import tp_divides_mixer
+    ok = (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+    return ok & tp_divides_mixer(model, tp) if model.is_hybrid else ok
 
 
 def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
@@ -111,6 +114,12 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     default = schedule_code(DEFAULT_SCHEDULE)
 
     core = modules_mask(("core_attn",))
+    has_mamba = model.is_hybrid and bool(model.layer_counts()["mamba"])
+
+    def mamba_ok(c):          # mamba_mixer.check_hybrid_plan's cp and recompute rules
+        if not has_mamba:
+            return True
+        return (c["cp"] == 1) & (c["rc"] != RECOMPUTE_CODE["op"])
 
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention
@@ -123,7 +132,7 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         ("fixed", lambda c: fixed_mask(c, opts.fixed)),
         ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
-        ("cp_seq", lambda c: (c["cp"] == 1) | (s % (2 * c["cp"]) == 0)),
+        ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c)),
         ("ep", ep_ok),
         ("tp_cross_node", cross),
         ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),

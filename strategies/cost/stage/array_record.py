@@ -141,6 +141,9 @@ class StageCostArrays:
     # (``layer_time.regather_dgrad``: attention, dense fc1, shared experts' fc1);
     # ``sp_regather_exposed`` prices them
     rg_bytes: np.ndarray = 0.0
+    #: the mean layer's column-parallel linears on the hidden state beside the MLP's: its
+    #: attention blocks' (1 a layer) and a hybrid model's Mamba-2 in_proj (their shares)
+    rg_attn_n: float = 1.0
     rg_attn: np.ndarray = 0.0
     rg_attn2: np.ndarray = 0.0    # MLA's second column linear (kv_up); 0 without MLA
     rg_dense_n: np.ndarray = 0.0

@@ -48,7 +48,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     etp, load = P.etp, si.load
     share, cap, slow, shard_acc = si.share, si.cap, si.slow, si.shard_acc
     n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
-                                    ep, m.num_shared_experts)
+                                    ep, m.num_shared_experts, m.blocks_per_layer)
     lt = layer_times(m, si)
     md_f, md_b = blocking_small(m, si)
     a_f, a_b = attention_time.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)

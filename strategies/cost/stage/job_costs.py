@@ -57,6 +57,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
         tied_bytes=f("tied_bytes"),
         rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_attn2=f("rg_attn2"),
+        rg_attn_n=float(arrays.rg_attn_n),
         rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rg_down_qw=float(arrays.rg_down_qw), rg_down_kvw=float(arrays.rg_down_kvw),

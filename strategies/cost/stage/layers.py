@@ -21,13 +21,14 @@ from topologies.gpus import GPU
 
 
 def tp_collectives_per_layer(moe_share: token_counts.Num, ep: token_counts.Num,
-                             shared_experts: int) -> token_counts.Num:
+                             shared_experts: int, blocks: int = 2) -> token_counts.Num:
     """Tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
     MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert needs
     it (the routed tokens travel by the all-to-all and the etp collectives, ``etp_bytes``).
     ``moe_share``: the share of MoE layers (1 for one MoE layer, 0 for a dense one, the
-    model's share for its mean layer)."""
-    return 2.0 - np.where((np.asarray(ep) > 1) & (shared_experts == 0), moe_share, 0.0)
+    model's share for its mean layer). ``blocks``: the layer's blocks
+    (``ModelSpec.blocks_per_layer``: a hybrid model's layer is one block, one pair)."""
+    return float(blocks) - np.where((np.asarray(ep) > 1) & (shared_experts == 0), moe_share, 0.0)
 
 
 def layer_times(mk: ModelSpec, si: StageInputs) -> Any:
@@ -46,7 +47,7 @@ def layer_times(mk: ModelSpec, si: StageInputs) -> Any:
                                  graphed=P.cuda_graph, gathered=(zero == 3) & (si.copies > 1),
                                  tp_pairs=tp_collectives_per_layer(
                                      mk.num_moe_layers / mk.num_layers if mk.is_moe else 0.0, ep,
-                                     mk.num_shared_experts), pad=si.pad)
+                                     mk.num_shared_experts, mk.blocks_per_layer), pad=si.pad)
 
 
 def blocking_small(mm: ModelSpec, si: StageInputs) -> tuple[Any, Any]:

@@ -99,6 +99,7 @@ class StageCosts:
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
     expert_params_by_stage: tuple[float, ...] = ()
     rg_bytes: float = 0.0               # SP backward re-gathers (StageCostArrays)
+    rg_attn_n: float = 1.0
     rg_attn: float = 0.0
     rg_attn2: float = 0.0
     rg_dense_n: float = 0.0

@@ -29,7 +29,7 @@ def tp_rule_fields(si: StageInputs, lt: Any) -> dict[str, Any]:
         # the local shard (``FrameworkProfile.sp_regather``)
         rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, comm_bytes.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
-        rg_attn=full(lt.regather[0][1]),
+        rg_attn_n=float(lt.regather[0][0]), rg_attn=full(lt.regather[0][1]),
         rg_attn2=full(lt.regather[1][1] if len(lt.regather) > 3 else 0.0),
         rg_dense_n=full(lt.regather[-2][0]),
         rg_dense=full(lt.regather[-2][1]), rg_shared_n=full(lt.regather[-1][0]),

@@ -108,11 +108,15 @@ def stage_chains(chunks: ChunkTimes, sh: ChainShape, least: ChunkSeconds,
     blocks = {k: (c.f_blk, c.b_blk) for k, c in ((k, chunks.least(own[k], v)) for k in own)}
     if chunks.mix:
         per_type = [chunks.type_blocks(g) for g in chunks.records.types]
+        kinds = chunks.mix.kinds
+
+        def own_sum(nk, per, i):          # the stage's layers of each kind at their seconds
+            if len(kinds) == 2:
+                return (nk["dense"] * per[0][i] + nk["moe"] * per[1][i]) / v
+            return sum(nk[x] * per[j][i] for j, x in enumerate(kinds)) / v
         for k, nk in content.items():
-            f_own = fastest_of_each([(nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
-                                     for per in per_type])
-            b_own = fastest_of_each([(nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
-                                     for per in per_type])
+            f_own = fastest_of_each([own_sum(nk, per, 0) for per in per_type])
+            b_own = fastest_of_each([own_sum(nk, per, 1) for per in per_type])
             blocks[k] = (np.where(cheapest, blocks[k][0], f_own),
                          np.where(cheapest, blocks[k][1], b_own))
     T = {k: chain(k if k != "heavy" else "mid",

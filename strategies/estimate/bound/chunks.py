@@ -5,6 +5,7 @@ model of dense and MoE layers: the cheapest, or the dearest, ``LayerMix``), on o
 or at the fastest of each."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -91,10 +92,11 @@ class ChunkTimes:
         r = self.records(g)
         per = self.layer_blocks(r, True) if ceiling else self.type_blocks(g)
         if mix:
-            f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
-            b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
+            f_blk = mix.fill(lpc * chunks, *(p[0] for p in per), dearest=ceiling) / chunks
+            b_blk = mix.fill(lpc * chunks, *(p[1] for p in per), dearest=ceiling) / chunks
             pick = np.maximum if ceiling else np.minimum
-            lt = layer_time.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
+            lt = layer_time.LayerTime(functools.reduce(pick, (p[2] for p in per)), r.layer_bwd,
+                                      r.layer_recompute)
         else:
             f_blk, b_blk = lpc * per[0][0], lpc * per[0][1]
             lt = layer_time.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)

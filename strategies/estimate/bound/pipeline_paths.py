@@ -21,7 +21,7 @@ from topologies.cluster import Cluster
 def wgrad(mix: LayerMix | None, r: StageCostArrays, n: np.ndarray) -> np.ndarray:
     """W seconds of ``n`` layers of the record ``r`` at most (subtracted: the dearest
     kinds)."""
-    return mix.fill(n, *(r.by_kind[x].layer_wgrad for x in ("dense", "moe")), True) \
+    return mix.fill(n, *(r.by_kind[x].layer_wgrad for x in mix.kinds), dearest=True) \
         if mix else n * r.layer_wgrad
 
 
@@ -82,7 +82,7 @@ class PassThrough:
         kf = kb = kbw = None
         if mix:
             kf, kb, kbw = [], [], []
-            for i, x in enumerate(("dense", "moe")):
+            for i, x in enumerate(mix.kinds):
                 per = [(chunks.type_blocks(g)[i], records(g).by_kind[x]) for g in types]
                 kf.append(fastest_of_each([p[0] for p, _ in per]))
                 kb.append(fastest_of_each([p[1] for p, _ in per]))

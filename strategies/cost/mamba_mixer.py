@@ -1,0 +1,209 @@
+"""Cost of one Mamba-2 mixer (Megatron-Core ``MambaMixer``, ``megatron/core/ssm/mamba_mixer.py`` at
+d98e8a64) on one GPU for one micro-batch: its two GEMMs, the SSD chunked scan's FLOPs and HBM
+bytes, the small elementwise kernels' bytes, the scan's seconds, the activations its backward
+keeps, and the tensor-parallel rules. Vectorised over the plan fields (numpy arrays).
+
+The layer (``mamba_layer.py``): a pre-norm fused into ``in_proj`` (``TELayerNormColumnParallel
+Linear``), ``in_proj`` column-parallel ``h -> 2·d_inner + 2·G·N + H`` (z, x, B, C, dt), then in
+training ``mamba_split_conv1d_scan_combined`` (``MambaMixer._ssm_training``, l.688-732: the
+depthwise causal conv1d over x, B, C with its SiLU, the SSD scan, the ``D`` skip and the
+``silu(z)`` gate in one autograd function that saves its input ``zxBCdt`` and recomputes the
+conv in the backward), the gated RMSNorm over ``d_inner`` (l.730), ``out_proj`` row-parallel
+``d_inner -> h`` (l.437-450, l.525). Tensor parallelism splits the heads ``H`` and the groups
+``G`` (l.259-271): every piece below is per rank, ``H/tp`` heads and ``G/tp`` groups; a ``tp``
+that does not divide both is refused (``check_tp``). Sequence parallelism gathers the
+hidden state before ``in_proj`` and reduce-scatters after ``out_proj``: the same pair of
+collectives as an attention block (one pair per layer and pass).
+
+The SSD scan (Dao & Gu 2024, "Transformers are SSMs", §6; ``mamba_ssm/ops/triton/
+ssd_combined.py``, ``_mamba_chunk_scan_combined_fwd``) cuts the ``T`` tokens into chunks of
+``Q``, ``T/Q`` of them (the last one ``T mod Q`` long where ``Q`` does not divide ``T``), and runs
+five kernels: the chunk cumsum of ``dt·A``; ``_bmm_chunk_fwd``, ``C·Bᵀ`` per chunk and group
+(``2·q²·N`` FLOPs per group); ``_chunk_state_fwd``, each chunk's final state ``Bᵀ·x`` per head
+(``2·q·N·P``); ``_state_passing_fwd``, the sequential pass of the states across chunks (a
+multiply-add per state element per chunk, ``2·N·P`` per head); ``_chunk_scan_fwd``, the
+intra-chunk output ``(L∘CBᵀ)·x`` (``2·q²·P`` per head) plus the states' contribution ``C·h``
+(``2·q·N·P`` per head). ``ssd_flops`` is the closed form of that sum over the chunks, and of
+the backward's kernels (``_mamba_chunk_scan_combined_bwd``); ``SSD_TRAFFIC`` their HBM
+reads and writes. The five unfused kernels are "mostly bottlenecked by memory bandwidth
+and latency", writing and reading their intermediates (PyTorch blog, "Accelerating Mamba2
+with kernel fusion", 2025, which measured 1.5-2.5x from fusing them on A100/H100): the scan's
+time is the larger of its FLOPs at the fused-attention rate the GPU is given
+(``GPU.attention_efficiency``, the class of kernel it is) and its HBM bytes at the usable
+bandwidth (``ssd_bytes``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.token_counts import Num, tokens_per_gpu
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+
+#: bytes of a 16-bit activation and of the scan's fp32 intermediates (dt, dA_cumsum, CB, states)
+_B16, _F32 = 2, 4
+
+
+def check_tp(m: ModelSpec, tp: int) -> None:
+    """``SpecError`` unless tensor parallelism ``tp`` divides the mixer's heads and groups
+    (``mamba_mixer.py`` l.262 and l.270: ``nheads % tp_size == 0``, ``ngroups % tp_size == 0``)."""
+    if not bool(tp_divides_mixer(m, tp)):
+        f = "mamba_num_heads" if m.mamba_num_heads % tp else "mamba_num_groups"
+        raise SpecError("plan.tp", tp, f"must divide {m.name}'s {f}={getattr(m, f)} "
+                        "(Megatron-Core's MambaMixer splits heads and groups over tp)")
+
+
+def check_cp(m: ModelSpec, cp: int) -> None:
+    """``SpecError`` for context parallelism over a model with Mamba layers: Megatron-Core runs
+    it (``megatron/core/ssm/mamba_context_parallel.py``: all-to-alls that trade the sequence
+    shard for a head shard around the conv and the scan) but it is not modelled here."""
+    if cp > 1 and m.is_hybrid and m.layer_counts()["mamba"]:
+        raise SpecError("plan.cp", cp, f"{m.name} has Mamba-2 layers: their context "
+                        "parallelism (Megatron-Core MambaContextParallel's all-to-alls) is not "
+                        "modelled; use cp=1")
+
+
+def check_hybrid_plan(m: ModelSpec, tp: int, cp: int, recompute: str) -> None:
+    """The plan rules of a model with Mamba-2 layers: ``check_tp``, ``check_cp``, and no
+    torchtitan op-level recomputation (its save list is written for attention and MLP
+    GEMMs only)."""
+    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+        return
+    check_tp(m, tp)
+    check_cp(m, cp)
+    if recompute == "op":
+        raise SpecError("plan.recompute", recompute, f"{m.name} has Mamba-2 layers: op-level "
+                        "recomputation (torchtitan's save list) is not modelled for them")
+
+
+def tp_divides_mixer(m: ModelSpec, tp: Num) -> Num:
+    """True where ``tp`` divides the mixer's heads and groups (``mamba_mixer.py`` l.262,
+    l.270; True for a model without Mamba layers): the rule ``check_tp`` raises and the
+    search's ``tp_heads`` mask applies. Vectorised."""
+    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+        return np.ones_like(np.asarray(tp), dtype=bool)
+    return (m.mamba_num_heads % np.asarray(tp) == 0) & (m.mamba_num_groups % np.asarray(tp) == 0)
+
+
+def mamba_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> list[tuple]:
+    """The mixer's GEMMs on one GPU, ``(count, M tokens, N out, K in, row_parallel)`` as
+    ``gemm_shapes.layer_gemms`` gives a layer's: ``in_proj`` (column-parallel, ``N/tp``) and
+    ``out_proj`` (row-parallel, ``K/tp``)."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    out = []
+    for _, k_in, n_out, split in m.mamba_linears():
+        out.append((1, T, n_out, k_in / tp, True) if split == "row"
+                   else (1, T, n_out / tp, k_in, False))
+    return out
+
+
+def _chunk_sums(T: Num, Q: int) -> tuple[Num, Num, Num]:
+    """``(chunks, Σq, Σq²)`` over the chunks of ``T`` tokens cut every ``Q``."""
+    T = np.asarray(T, dtype=float)
+    full, r = np.floor(T / Q), np.mod(T, Q)
+    return full + (r > 0), T, full * Q * Q + r * r
+
+
+#: Per-token HBM traffic of the SSD kernels, as multiples of ``(X, BC, CBt, H, S)`` bytes:
+#: ``X = 2·H·P`` (x, z, y, dout: 16-bit per head dim), ``BC = 2·G·N`` (B or C, 16-bit),
+#: ``CBt = 4·G·Q`` (C·Bᵀ, fp32, per token of a chunk), ``H = 4·H`` (dt and its cumsum, fp32;
+#: the 16-bit dt input counted as half of one), ``S = 4·H·N·P/Q`` (a chunk's states, fp32,
+#: per token). Each kernel's reads and writes from ``mamba_ssm/ops/triton/ssd_combined.py``
+#: (state-spaces/mamba e9594ce, ``_mamba_chunk_scan_combined_fwd`` l.374-387 and
+#: ``_mamba_chunk_scan_combined_bwd`` l.441-507):
+#: forward, cumsum (dt in, dA and dt out) 0 0 0 2.5 0; chunk state (B, x, dt, dA in; states
+#: out) 1 1 0 2 1; state passing (states in and out) 0 0 0 0 2; C·Bᵀ (C, B in, CB out)
+#: 0 2 1 0 0; chunk scan (CB, x, z, dt, dA, C, states in; y and y before the gate out)
+#: 4 1 1 2 1: in all 5 4 2 6.5 4.
+#: backward, the forward's first four again (the cumsum, C·Bᵀ, the chunk states and their
+#: passing) 1 3 1 4.5 3; dz (x, z, y, dout in; dz and the gated dout out) 6 0 0 0 0;
+#: dstates (C, dA, dout in; dstates out) 1 1 0 1 1; state passing backward (states and
+#: dstates in, both out at 16 bits) 0 0 0 0 3; dx (x, dt, dA, B, CB, dout, dstates in; dx and
+#: ddt out) 3 1 1 3 0.5; dB (x, dt, dA, dstates, B in; dB and ddA out) 1 2 0 3 0.5; dC
+#: (states, dA, dout, C in; dC and ddA out) 1 2 0 2 0.5; dCB (x, dt, dA, dout in; dCB out)
+#: 2 0 1 2 0; the two C·Bᵀ backwards (C or B, dCB, the residual in; dB or dC out) 0 6 2 0 0;
+#: ddA (x, dt, dA, dout, CB in; ddA out) 2 0 1 3 0; the cumsum's backward 0 0 0 5 0:
+#: in all 17 15 6 23.5 8.5.
+SSD_TRAFFIC = {False: (5, 4, 2, 6.5, 4), True: (17, 15, 6, 23.5, 8.5)}
+
+
+def ssd_flops(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
+    """FLOPs of the SSD scan on one GPU, forward or ``backward`` (module docstring): per
+    sequence of ``s`` tokens, with ``H/tp`` heads and ``G/tp`` groups, chunks ``c``, ``Σq = s``,
+    ``Σq²``, the forward ``2·Σq²·N·G + 2·Σq²·P·H + 4·s·N·P·H + 2·c·N·P·H`` (C·Bᵀ, the
+    intra-chunk output, the chunk states and their read-out, the state passing); the
+    backward (``_mamba_chunk_scan_combined_bwd``: C·Bᵀ, the chunk states and their passing
+    recomputed; dstates, their passing back, dx's two contractions, dB, dC, dCB, the two
+    C·Bᵀ backwards, ddA) ``6·Σq²·N·G + 6·Σq²·P·H + 10·s·N·P·H + 4·c·N·P·H``; times ``b``
+    sequences. The ``D`` skip and the gate are elementwise (``SSD_TRAFFIC``)."""
+    s = tokens_per_gpu(1, m.seq_length, cp)
+    c, sq, sq2 = _chunk_sums(s, m.mamba_chunk_size)
+    N, P = m.mamba_state_dim, m.mamba_head_dim
+    H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
+    k = (6, 6, 10, 4) if backward else (2, 2, 4, 2)
+    per_seq = (k[0] * sq2 * N * G + k[1] * sq2 * P * H + k[2] * sq * N * P * H
+               + k[3] * c * N * P * H)
+    return b * per_seq
+
+
+def ssd_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
+    """HBM bytes the SSD kernels move on one GPU (per rank: ``H/tp`` heads, ``G/tp`` groups),
+    forward or ``backward``: ``SSD_TRAFFIC``'s multiples of the per-token sizes over the
+    GPU's tokens (the chunk states per chunk: ``T/Q`` of them, a partial last chunk whole)."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    N, P, Q = m.mamba_state_dim, m.mamba_head_dim, m.mamba_chunk_size
+    H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
+    s = tokens_per_gpu(1, m.seq_length, cp)
+    chunks = _chunk_sums(s, Q)[0] * b
+    x, bc, cb, dt, st = SSD_TRAFFIC[backward]
+    per_token = x * H * P * _B16 + bc * G * N * _B16 + cb * G * Q * _F32 + dt * H * _F32
+    return T * per_token + chunks * st * H * N * P * _F32
+
+
+def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
+    """HBM bytes of the mixer's kernels around the scan in the forward, one GPU: the causal
+    conv1d reads ``x, B, C`` (``conv_dim/tp`` 16-bit per token) and writes its SiLU output;
+    the gated RMSNorm reads the scan's output and writes its own (``d_inner/tp`` each; the
+    gate ``z`` is read by the scan, ``SSD_TRAFFIC``)."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    conv, di = m.mamba_conv_dim / tp, m.mamba_d_inner / tp
+    return T * _B16 * (2 * conv + 2 * di)
+
+
+def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
+              backward: bool = False) -> Num:
+    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its FLOPs
+    at ``peak · attention_efficiency`` and its bytes at ``hbm`` (bytes/s, ``usable_hbm``)."""
+    flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
+    return np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm)
+
+
+def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float
+                    ) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the mean layer's SSD scans on one GPU:
+    ``ModelSpec.mamba_share`` scans at ``scan_time`` (the backward's own kernels: the chunk
+    states and C·Bᵀ recomputed from the saved ``zxBCdt``, then its gradients)."""
+    w = m.mamba_share
+    return (w * scan_time(m, b, tp, cp, gpu, hbm),
+            w * scan_time(m, b, tp, cp, gpu, hbm, backward=True))
+
+
+def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
+    """Bytes one mixer layer keeps for its backward, one micro-batch, before any parallel split,
+    as ``memory.layer_terms`` names its tensors: ``mamba_seq`` (split by ``t`` only with SP)
+    the pre-norm's input and ``in_proj``'s input (the normed hidden state), ``2sbh`` each;
+    ``mamba_tp`` (split by ``t``) ``zxBCdt``, what ``mamba_split_conv1d_scan_combined``
+    saves (``in_proj_width``; it recomputes the conv and the chunk states), the scan's output
+    before the gated norm and the norm's output (``out_proj``'s input), ``d_inner`` each."""
+    sb = seq_len * micro_batch_size
+    return {"mamba_seq": 2 * _B16 * sb * m.hidden_size,
+            "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
+
+
+def mixer_saved_bytes(m: ModelSpec, b: Num, tp: Num, sp: Num, cp: Num = 1) -> Num:
+    """``saved_terms`` on one GPU: ``mamba_seq`` over ``tp`` under sequence parallelism,
+    ``mamba_tp`` over ``tp``, both over ``cp``."""
+    t = saved_terms(m, m.seq_length, 1)
+    shard = np.where(np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1), tp, 1)
+    return b * (t["mamba_seq"] / shard + t["mamba_tp"] / tp) / cp

@@ -1,0 +1,120 @@
+"""``model_type: nemotron_h`` (NVIDIA Nemotron-H, Nemotron Nano 2, Nemotron 3): a HuggingFace
+``NemotronHConfig`` onto ``ModelSpec`` fields (``strategies.model.hybrid``).
+
+Read as transformers' ``NemotronHConfig`` and the model cards' config.json spell them:
+``hybrid_override_pattern`` (or ``layers_block_type``, the newer list spelling), the Mamba-2
+mixer (``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``,
+``conv_kernel``, ``chunk_size``, ``use_conv_bias``, ``mamba_proj_bias``/``use_bias``,
+``mamba_hidden_act`` silu), the attention (GQA, ``head_dim``/``attention_head_dim``, no
+position embedding: Megatron-Bridge ``nemotron_h_bridge.py`` sets
+``position_embedding_type="none"``), the MLP (``intermediate_size``, ``mlp_hidden_act``
+relu2: squared ReLU, not gated) and Nemotron 3's experts (``n_routed_experts``,
+``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts`` with
+``moe_shared_expert_intermediate_size``, the ``e_score_correction_bias`` router bias, group
+routing ``n_group``/``topk_group``). ``expand`` is read and not used: the mixer's width is
+``mamba_num_heads * mamba_head_dim`` (HF ``NemotronHMamba2Mixer``; Megatron-Core
+``mamba_mixer.py`` l.246-248). Refused by name: latent MoE (``moe_latent_size``, Nemotron 3
+Super), the hybrid multi-token prediction (``num_nextn_predict_layers``,
+``mtp_hybrid_override_pattern``), another activation.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from strategies.errors import SpecError
+
+#: ``layers_block_type`` names -> pattern characters (transformers' NemotronHConfig).
+_BLOCK_CHARS = {"mamba": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+#: Mamba fields whose transformers default is not a fact about the checkpoint: stated or refused.
+_MAMBA_REQUIRED = (("mamba_num_heads", "mamba_num_heads"), ("mamba_head_dim", "mamba_head_dim"),
+                   ("ssm_state_size", "mamba_state_dim"), ("n_groups", "mamba_num_groups"),
+                   ("conv_kernel", "mamba_conv_kernel"), ("chunk_size", "mamba_chunk_size"))
+READ = {"hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim",
+        "ssm_state_size", "n_groups", "conv_kernel", "chunk_size", "expand", "use_conv_bias",
+        "mamba_proj_bias", "use_bias", "mlp_hidden_act", "mamba_hidden_act", "attention_head_dim",
+        "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+        "moe_shared_expert_intermediate_size", "n_group", "topk_group", "moe_latent_size",
+        "num_nextn_predict_layers", "mtp_hybrid_override_pattern", "mtp_layers_block_type",
+        "sliding_window", "attention_dropout", "hidden_dropout"}
+#: Known keys that change neither FLOPs, bytes nor memory of training (initialisation,
+#: numerics of the scan's dt, norms' epsilon, inference caches).
+NEUTRAL = {"time_step_min", "time_step_max", "time_step_floor", "time_step_limit",
+           "time_step_rank", "rescale_prenorm_residual", "residual_in_fp32", "norm_eps",
+           "layer_norm_epsilon", "rope_theta", "partial_rotary_factor", "use_mamba_kernels",
+           "mamba_ssm_cache_dtype", "num_logits_to_keep", "initializer_range",
+           "routed_scaling_factor", "norm_topk_prob", "use_cache"}
+
+
+def _pattern(cfg: Mapping[str, Any]) -> str:
+    p = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")
+    if blocks is not None:
+        if not isinstance(blocks, list) or any(b not in _BLOCK_CHARS for b in blocks):
+            raise SpecError("layers_block_type", blocks, "must list one of "
+                            f"{', '.join(_BLOCK_CHARS)} per layer")
+        q = "".join(_BLOCK_CHARS[b] for b in blocks)
+        if p is not None and p != q:
+            raise SpecError("hybrid_override_pattern", p, f"disagrees with layers_block_type ({q})")
+        p = q
+    if not isinstance(p, str) or not p:
+        raise SpecError("hybrid_override_pattern", p, "is required in a nemotron_h config.json "
+                        "(one of M, *, -, E per layer)")
+    return p
+
+
+def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any],
+                    get_int: Callable[..., Any], get_bool: Callable[[Mapping, str], bool]
+                    ) -> dict[str, Any]:
+    """``ModelSpec`` arguments of a nemotron_h config: ``common`` (``hf_config._common``'s
+    shared fields) with the pattern, the mixer, the MLP and the experts; ``get_int`` /
+    ``get_bool``: ``hf_config``'s typed readers."""
+    p = _pattern(cfg)
+    layers = common["num_layers"]
+    if len(p) != layers:
+        raise SpecError("hybrid_override_pattern", p, f"must have one character per layer "
+                        f"(num_hidden_layers={layers}, pattern has {len(p)})")
+    for key, want in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
+        v = cfg.get(key, want)
+        if v != want:
+            raise SpecError(key, v, f"must be {want!r}: the only activation modelled for "
+                            "model_type=nemotron_h")
+    for key in ("moe_latent_size", "num_nextn_predict_layers", "mtp_hybrid_override_pattern",
+                "mtp_layers_block_type", "sliding_window"):
+        if cfg.get(key):
+            raise SpecError(key, cfg[key], "is not modelled for model_type=nemotron_h (latent "
+                            "MoE, the hybrid multi-token prediction and windows are not)")
+    hidden, heads = common["hidden_size"], common["num_attention_heads"]
+    hd = get_int(cfg, "head_dim", None) or get_int(cfg, "attention_head_dim", None)
+    args = dict(common, hybrid_pattern=p, activation="squared_relu", position_embedding="none",
+                kv_channels=None if hd is None or hd * heads == hidden else hd,
+                ffn_hidden_size=get_int(cfg, "intermediate_size"),
+                dropout=common["dropout"] or bool(cfg.get("hidden_dropout")))
+    bias = get_bool(cfg, "use_bias")
+    if get_bool(cfg, "attention_bias") or get_bool(cfg, "mlp_bias"):
+        raise SpecError("attention_bias" if get_bool(cfg, "attention_bias") else "mlp_bias",
+                        True, "biases on a nemotron_h model's attention or MLP are not modelled")
+    if "M" in p:
+        for key, field in _MAMBA_REQUIRED:
+            if cfg.get(key) is None:
+                raise SpecError(key, None, "is required in a nemotron_h config.json with Mamba "
+                                "layers (transformers' default is not the checkpoint's)")
+            args[field] = get_int(cfg, key)
+        args["mamba_conv_bias"] = get_bool({"use_conv_bias": cfg.get("use_conv_bias", True)},
+                                           "use_conv_bias")
+        args["mamba_proj_bias"] = get_bool(cfg, "mamba_proj_bias") or bias
+        get_int(cfg, "expand", None)        # stated by the cards, not what sizes the mixer
+    if "E" in p:
+        shared = get_int(cfg, "n_shared_experts", 0, lo=0)
+        groups = get_int(cfg, "n_group", 1)
+        args.update(num_experts=get_int(cfg, "n_routed_experts"),
+                    moe_router_topk=get_int(cfg, "num_experts_per_tok"),
+                    moe_ffn_hidden_size=get_int(cfg, "moe_intermediate_size"),
+                    num_shared_experts=shared, router_bias=True,
+                    shared_expert_ffn_hidden_size=(
+                        get_int(cfg, "moe_shared_expert_intermediate_size") if shared else None),
+                    moe_router_num_groups=groups if groups > 1 else None,
+                    moe_router_group_topk=get_int(cfg, "topk_group") if groups > 1 else None)
+    elif cfg.get("n_routed_experts"):
+        raise SpecError("n_routed_experts", cfg["n_routed_experts"], "needs MoE layers (E) in "
+                        "hybrid_override_pattern")
+    return args
