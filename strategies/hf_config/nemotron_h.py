@@ -19,9 +19,11 @@ Super), the hybrid multi-token prediction (``num_nextn_predict_layers``,
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from strategies.errors import SpecError
+from strategies.hf_config.common import READ_COMMON, common_fields
+from strategies.hf_config.reading import get_bool, get_int, refuse_unread
 
 #: ``layers_block_type`` names -> pattern characters (transformers' NemotronHConfig).
 _BLOCK_CHARS = {"mamba": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
@@ -62,12 +64,16 @@ def _pattern(cfg: Mapping[str, Any]) -> str:
     return p
 
 
-def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any],
-                    get_int: Callable[..., Any], get_bool: Callable[[Mapping, str], bool]
-                    ) -> dict[str, Any]:
-    """``ModelSpec`` arguments of a nemotron_h config: ``common`` (``hf_config._common``'s
-    shared fields) with the pattern, the mixer, the MLP and the experts; ``get_int`` /
-    ``get_bool``: ``hf_config``'s typed readers."""
+def read_nemotron_h(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """nemotron_h: the hybrid Mamba-2 / attention / MoE models."""
+    args = nemotron_h_args(cfg, common_fields(cfg))
+    refuse_unread(cfg, mt, READ_COMMON | READ | NEUTRAL)
+    return args
+
+
+def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """``ModelSpec`` arguments of a nemotron_h config: ``common`` (``common.common_fields``'s
+    shared fields) with the pattern, the mixer, the MLP and the experts."""
     p = _pattern(cfg)
     layers = common["num_layers"]
     if len(p) != layers:

@@ -1,0 +1,57 @@
+"""``model_type`` deepseek_v2 / deepseek_v3: multi-head latent attention, routed and shared
+experts, dense first layers, group-limited routing and the multi-token prediction (v3)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from strategies.errors import SpecError
+from strategies.hf_config.common import READ_COMMON, common_fields
+from strategies.hf_config.reading import get_bool, get_int, refuse_unread
+
+#: DeepSeek's ``topk_method`` values (modeling_deepseek.py MoEGate: V2's ``greedy`` and
+#: ``group_limited_greedy``, V3's ``noaux_tc``).
+DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """deepseek_v2 / deepseek_v3: MLA, shared experts, dense first layers, MTP (v3)."""
+    read = READ_COMMON | {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                          "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+                          "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                          "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+                          "n_group", "topk_group"}
+    args = common_fields(cfg)
+    args.pop("kv_channels")
+    args["num_query_groups"] = None      # MLA: every head has its own K and V (no GQA)
+    if get_bool(cfg, "attention_bias"):
+        raise SpecError("attention_bias", True, "biases on multi-head latent attention are "
+                        "not modelled")
+    if get_int(cfg, "moe_layer_freq", 1) != 1:
+        raise SpecError("moe_layer_freq", cfg["moe_layer_freq"], "DeepSeek's MoE layer "
+                        "frequency other than 1 is not modelled")
+    topk_method = cfg.get("topk_method")
+    if topk_method is not None and topk_method not in DEEPSEEK_TOPK_METHODS:
+        raise SpecError("topk_method", topk_method, f"must be one of "
+                        f"{', '.join(DEEPSEEK_TOPK_METHODS)} (DeepSeek's routers)")
+    # group-limited routing (V2's group_limited_greedy, V3's noaux_tc): a token's experts come
+    # from at most topk_group of n_group groups (DeepSeek-V3 maps a group to a node)
+    groups = get_int(cfg, "n_group", 1)
+    limited = topk_method in ("group_limited_greedy", "noaux_tc") and groups > 1
+    args.update(ffn_hidden_size=get_int(cfg, "intermediate_size"),
+                num_experts=get_int(cfg, "n_routed_experts"),
+                moe_router_topk=get_int(cfg, "num_experts_per_tok"),
+                moe_ffn_hidden_size=get_int(cfg, "moe_intermediate_size"),
+                num_shared_experts=get_int(cfg, "n_shared_experts", 0, lo=0),
+                first_k_dense_replace=get_int(cfg, "first_k_dense_replace", 0, lo=0),
+                q_lora_rank=get_int(cfg, "q_lora_rank", None),
+                kv_lora_rank=get_int(cfg, "kv_lora_rank"),
+                qk_rope_head_dim=get_int(cfg, "qk_rope_head_dim"),
+                qk_nope_head_dim=get_int(cfg, "qk_nope_head_dim"),
+                v_head_dim=get_int(cfg, "v_head_dim"),
+                num_nextn_predict_layers=get_int(cfg, "num_nextn_predict_layers", 0, lo=0),
+                # DeepSeek-V3's auxiliary-loss-free balancing adds a bias per expert
+                router_bias=topk_method == "noaux_tc",
+                moe_router_num_groups=groups if limited else None,
+                moe_router_group_topk=get_int(cfg, "topk_group") if limited else None)
+    refuse_unread(cfg, mt, read)
+    return args

@@ -1,0 +1,66 @@
+"""``model_type`` gpt_oss: GQA with biases and attention sinks, alternating sliding/full
+layers, experts with biases, the clamped SwiGLU and YaRN RoPE."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from strategies.errors import SpecError
+from strategies.hf_config.common import READ_COMMON, common_fields, windows
+from strategies.hf_config.reading import get_int, refuse_unread
+from strategies.model import yarn_attention_factor
+
+
+def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """gpt-oss: GQA with biases and attention sinks, alternating sliding/full layers, experts
+    with biases and a router with a bias."""
+    read = READ_COMMON | {"num_local_experts", "num_experts_per_tok", "experts_per_token",
+                          "sliding_window", "layer_types", "swiglu_limit", "rope_scaling"}
+    args = common_fields(cfg)
+    args.update(_gpt_oss_variants(cfg))
+    k = get_int(cfg, "num_experts_per_tok", None) or get_int(cfg, "experts_per_token")
+    if "experts_per_token" in cfg and get_int(cfg, "experts_per_token") != k:
+        raise SpecError("experts_per_token", cfg["experts_per_token"],
+                        f"disagrees with num_experts_per_tok={k}")
+    args.update(ffn_hidden_size=get_int(cfg, "intermediate_size"),
+                moe_ffn_hidden_size=get_int(cfg, "intermediate_size"),
+                num_experts=get_int(cfg, "num_local_experts"), moe_router_topk=k,
+                bias=True, router_bias=True, attention_sinks=True,
+                **windows(cfg, args["num_layers"]))
+    if "sliding_window" not in args and cfg.get("sliding_window") is not None:
+        args["sliding_window"] = get_int(cfg, "sliding_window")
+    refuse_unread(cfg, mt, read)
+    return args
+
+
+def _number(key: str, v: Any, lo: float, hi: float) -> float:
+    """A float field in ``(lo, hi)`` (a bool or a string is refused by name)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:
+        raise SpecError(key, v, f"must be a number in ({lo:g}, {hi:g})")
+    return float(v)
+
+
+def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """gpt-oss's clamped activation (``swiglu_limit``: ``activation_clamp``) and YaRN RoPE
+    (``rope_scaling`` of ``rope_type`` yarn: ``rope_attention_factor``, its
+    ``attention_factor`` or ``model.yarn_attention_factor`` of its ``factor``, ``mscale``
+    and ``mscale_all_dim``); absent: neither."""
+    out: dict[str, Any] = {}
+    if cfg.get("swiglu_limit") is not None:
+        out["activation_clamp"] = _number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
+    rs = cfg.get("rope_scaling")
+    if rs is None:
+        return out
+    if not isinstance(rs, Mapping):
+        raise SpecError("rope_scaling", type(rs).__name__, "must hold a JSON object or null")
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind != "yarn":
+        raise SpecError("rope_scaling.rope_type", kind, "must be 'yarn' for model_type=gpt_oss")
+    if rs.get("attention_factor") is not None:
+        out["rope_attention_factor"] = _number("rope_scaling.attention_factor",
+                                               rs["attention_factor"], 0.0, 1e3)
+        return out
+    factor = _number("rope_scaling.factor", rs.get("factor", 1.0), 0.0, 1e6)
+    ms = [None if rs.get(k) is None else _number(f"rope_scaling.{k}", rs[k], -1e3, 1e3)
+          for k in ("mscale", "mscale_all_dim")]
+    out["rope_attention_factor"] = yarn_attention_factor(factor, *ms)
+    return out

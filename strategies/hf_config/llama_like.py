@@ -1,0 +1,62 @@
+"""``model_type`` llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe: the Llama
+layout, Qwen's QKV bias / QK norm, Mistral's window, Mixtral's and Qwen's experts."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from strategies.errors import SpecError
+from strategies.hf_config.common import READ_COMMON, attention_bias, common_fields, windows
+from strategies.hf_config.reading import get_bool, get_int, refuse_unread
+
+
+def _moe_freq(cfg: Mapping[str, Any], key: str) -> int:
+    freq = get_int(cfg, key, 1)
+    mlp_only = cfg.get("mlp_only_layers")
+    if mlp_only:
+        raise SpecError("mlp_only_layers", mlp_only, "dense layers listed by index are not "
+                        "modelled (first_k_dense_replace / a frequency are)")
+    return freq
+
+
+def read_llama_like(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
+    """llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe."""
+    read = set(READ_COMMON)
+    args = common_fields(cfg)
+    args["ffn_hidden_size"] = get_int(cfg, "intermediate_size")
+    args["bias"] = attention_bias(cfg, mt)
+    args["qkv_bias"] = mt in ("qwen2", "qwen2_moe")
+    args["qk_norm"] = mt in ("qwen3", "qwen3_moe")
+    if mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        read |= {"use_sliding_window", "sliding_window"}
+        if get_bool(cfg, "use_sliding_window"):
+            raise SpecError("use_sliding_window", True, "Qwen's sliding window on the layers "
+                            "past max_window_layers is not modelled")
+    if mt == "mistral":
+        read.add("sliding_window")
+        if cfg.get("sliding_window") is not None:
+            args["sliding_window"] = get_int(cfg, "sliding_window")
+    read.add("layer_types")
+    if mt != "mistral":
+        args.update(windows(cfg, args["num_layers"]))
+    if mt == "mixtral":
+        read |= {"num_local_experts", "num_experts_per_tok", "sliding_window"}
+        if cfg.get("sliding_window") is not None:
+            args["sliding_window"] = get_int(cfg, "sliding_window")
+        experts = get_int(cfg, "num_local_experts", 1)
+        args.update(num_experts=experts,
+                    moe_router_topk=get_int(cfg, "num_experts_per_tok", 2) if experts > 1 else 1)
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        read |= {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "decoder_sparse_step", "mlp_only_layers"}
+        args.update(num_experts=get_int(cfg, "num_experts"),
+                    moe_router_topk=get_int(cfg, "num_experts_per_tok"),
+                    moe_ffn_hidden_size=get_int(cfg, "moe_intermediate_size"),
+                    moe_layer_freq=_moe_freq(cfg, "decoder_sparse_step"))
+    if mt == "qwen2_moe":
+        read.add("shared_expert_intermediate_size")
+        shared = get_int(cfg, "shared_expert_intermediate_size", 0, lo=0)
+        if shared:
+            args.update(num_shared_experts=1, shared_expert_ffn_hidden_size=shared,
+                        shared_expert_gate=True)
+    refuse_unread(cfg, mt, read)
+    return args
