@@ -221,7 +221,7 @@ def test_mla_shapes_and_compressed_kv_cache():
 ])
 def test_bad_deepseek_configs_name_the_field(edit, field):
     """The field named is the config.json key the user wrote (the model's own name is in the
-    rule: ``strategies.hf_config._in_config_terms``)."""
+    rule: ``strategies.hf_config.reading.in_config_terms``)."""
     c = hf("deepseek_v3")
     edit(c)
     with pytest.raises(SpecError) as e:
@@ -268,6 +268,15 @@ def test_unsupported_model_type_names_the_supported_ones():
     with pytest.raises(SpecError) as e:
         model_from_hf({**hf("qwen3_8b"), "model_type": "qwen4"})
     assert all(t in str(e.value) for t in HF_TYPES)
+
+
+@pytest.mark.parametrize("mt", HF_TYPES)
+def test_every_supported_model_type_has_a_reader(mt):
+    """``model_from_hf`` picks each type's reader from a table: an empty config of every type
+    in HF_TYPES is refused on a missing field by name, not on its type (nor a KeyError)."""
+    with pytest.raises(SpecError) as e:
+        model_from_hf({"model_type": mt})
+    assert e.value.field != "model_type"
 
 
 @pytest.mark.parametrize("kw,field", [
