@@ -67,6 +67,13 @@ class SystemConfig:
     #: ``param_bytes``. 0 (default): ``param_bytes`` (``gather_bytes``). ZeRO-3's per-layer
     #: gathers are not affected. docs/calibration.md §5.95.
     param_gather_bytes: float = 0.0
+    #: 1 where the stack builds its GEMM weights quantised (Megatron-Core's ``fp8_param`` /
+    #: ``fp8_param_gather``, ``fp4_param``: Transformer Engine's ``fp8_model_init`` /
+    #: ``quantized_model_init``): a layer's weight is its quantised tensor, with no 16-bit
+    #: copy (``memory.rank_components``; the bytes: ``quantise.weight_copy_bytes``);
+    #: 0 (default): 16-bit weights with TE's cached quantised copies beside them.
+    #: docs/calibration.md §5.151.
+    quantised_weights: float = 0.0
     #: Optimizer state bytes per parameter: fp32 master weight + Adam m and v (4 + 4 + 4;
     #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
     optimizer_state_bytes: float = 12.0
@@ -121,6 +128,8 @@ class SystemConfig:
             raise SpecError("bucket_floor_params", self.bucket_floor_params, "must be > 0")
         if self.deepspeed_zero not in (0, 1, 2):
             raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0, 1 or 2")
+        if self.quantised_weights not in (0, 1):
+            raise SpecError("quantised_weights", self.quantised_weights, "must be 0 or 1")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

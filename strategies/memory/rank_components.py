@@ -30,13 +30,13 @@ import numpy as np
 from strategies import placement
 from strategies.cost import cp_allgather, param_counts, token_counts
 from strategies.cost.param_counts import content_params
-from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.layout import even_stage_content_arrays, mixed_layers
 from strategies.memory.activations import permutation_buffer_bytes, stash_kinds
 from strategies.memory.deepspeed_zero import rank_tensor_sizes
 from strategies.memory.rank_activations import RankActivations
-from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
+from strategies.memory.state_arrays import (layer_state_parts, optimizer_buffer_arrays,
+                                            state_bytes_per_param)
 from strategies.model import ModelSpec
 from strategies.plan.choices import CP_COMMS
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -73,7 +73,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
     chunk of the stage (a layout's chunks may differ by a layer).
     ``gpu``: the chip (its fp8 layouts decide how many
-    quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``).
+    quantised weight copies a low-precision ``dtype`` keeps, ``quantise.weight_copy_bytes``,
+    beside the 16-bit weights or, with ``SystemConfig.quantised_weights``, in their place:
+    ``state_arrays.layer_state_bytes_per_param``).
     ``stash_layers``: the transformer layers' stash and pending ``W`` bytes at the peak per
     plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
     different bytes (``activations.stash_at_peak``, each entry at its own chunk's).
@@ -153,13 +155,17 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     per_root = (state_bytes_per_param(np.where(zero == 3, 2, zero), d, *sizes, **fs)
                 if fsdp2 else per_dense)
 
-    # low precision: the cached quantised copies of the layers' GEMM weights, beside the
-    # 16-bit weights (ZeRO-3 gathers a layer's weights and casts them per use: no cache)
-    q_copy = np.where(zero == 3, 0.0, weight_copy_bytes(dtype, gpu))
+    # the layers' GEMM weights: in low precision their quantised copies too, beside the
+    # 16-bit weights or in their place where the stack builds them quantised
+    # (``state_arrays.layer_state_bytes_per_param``)
+    qw = dict(dtype=dtype, gpu=gpu, quantised_weights=sy.quantised_weights, **fs)
+    (lay_dense, q_copy), (lay_expert, _) = (layer_state_parts(zero, d, *sizes, **qw),
+                                            layer_state_parts(zero, d_e, *sizes, **qw))
 
     def state(dense, expert=0.0, layer_weights=False, root=False):
-        out = {k: dense * pd + expert * pe for k, pd, pe in zip(
-            KINDS[:3], per_root if root else per_dense, per_expert)}
+        pd_, pe_ = (lay_dense, lay_expert) if layer_weights else (
+            per_root if root else per_dense, per_expert)
+        out = {k: dense * pd + expert * pe for k, pd, pe in zip(KINDS[:3], pd_, pe_)}
         if layer_weights:
             out["params"] = out["params"] + q_copy * (dense + expert)
         return out

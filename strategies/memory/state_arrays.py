@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig
 from strategies.memory import deepspeed_zero as dsz
 from strategies.stacks.comm_rules import grad_sync_once
@@ -46,6 +47,53 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
         # the one rule the time model reads too (``comm_rules.grad_sync_once``)
         grads = np.where(grad_sync_once(True, pp, zero), float(gb), grads)
     return params, grads, opt
+
+
+def layer_state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
+                                optimizer_bytes: float, dtype: str, gpu=None,
+                                quantised_weights: float = 0.0, **fs):
+    """(params, grads, optimizer) bytes per parameter of a layer's GEMM weight with ``d``
+    data-parallel ranks sharing its states (arrays): ``state_bytes_per_param`` (``fs``: its
+    ``fsdp2``, ``pp``, ``master_bytes``, ``weight_copies``) and, in low precision, the
+    weight's quantised copies (``quantise.weight_copy_bytes`` of ``dtype`` on ``gpu``: the
+    row-wise copy, the column-wise one where the chip's fp8 GEMMs take only TN or the format
+    is block-scaled, their scales). ZeRO-3 gathers each layer's weights and casts them per
+    use: no copy kept.
+
+    ``quantised_weights`` 0: the 16-bit weight is the parameter and Transformer Engine caches
+    its quantised copies beside it (``get_weight_workspace``, reused over the micro-batches),
+    ``param_bytes + copies`` (H100 per-tensor fp8: ``2 + 2``). 1
+    (``SystemConfig.quantised_weights``, Megatron-Core's ``fp8_param_gather``): the weight
+    IS the quantised tensor (TE ``fp8_model_init``; the parameter buffer holds its uint8
+    data, ``param_and_grad_buffer.py``; ``get_weight_workspace`` returns the parameter
+    itself and ``update_usage`` keeps its transpose on Hopper): ``copies`` alone (H100
+    per-tensor fp8 ``1 + 1``, B200 ``1``; MXFP8 ``2 x (1 + 1/32)``; NVFP4 ``2 x (1/2 +
+    1/16)``), below ZeRO-3; the fp32 master stays in the optimizer's shard. A precision with
+    no stored copy (torchao's rowwise recipe) keeps its 16-bit weight either way.
+
+    >>> import numpy as np
+    >>> [float(x[0]) for x in layer_state_bytes_per_param(np.array([1]), 8, 2.0, 2.0, 12.0,
+    ...                                                    "fp8", None, 1.0)]
+    [1.0, 2.0, 1.5]
+    """
+    (params, grads, opt), q = layer_state_parts(zero, d, param_bytes, grad_bytes,
+                                                optimizer_bytes, dtype, gpu,
+                                                quantised_weights, **fs)
+    return params + q, grads, opt
+
+
+def layer_state_parts(zero, d, param_bytes: float, grad_bytes: float,
+                      optimizer_bytes: float, dtype: str, gpu=None,
+                      quantised_weights: float = 0.0, **fs):
+    """``layer_state_bytes_per_param`` in two parts: ``((params, grads, optimizer), q)``, the
+    states without the quantised copies (no 16-bit weight below ZeRO-3 where
+    ``quantised_weights``) and the copies' bytes per parameter ``q`` (0 at ZeRO-3)."""
+    states = state_bytes_per_param(zero, d, param_bytes, grad_bytes, optimizer_bytes, **fs)
+    q = weight_copy_bytes(dtype, gpu)
+    if quantised_weights and q > 0:
+        bare = state_bytes_per_param(zero, d, 0.0, grad_bytes, optimizer_bytes, **fs)[0]
+        states = (np.where(zero >= 3, states[0], bare),) + states[1:]
+    return states, np.where(zero == 3, 0.0, q)
 
 
 def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dense_params,

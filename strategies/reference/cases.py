@@ -184,9 +184,11 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     # Megatron FSDP, v2.3.0 ``scripts/performance/utils.py``)
     q_ag = quantised_param_gather(c, dtype) if plan.zero < 3 else None
     if q_ag is not None:
-        system = replace(system or SystemConfig(), param_gather_bytes=q_ag[0])
-        notes.append(f"quantised weights all-gathered after the optimizer, {q_ag[0]:g} byte "
-                     f"each ({q_ag[1]})")
+        # (the same switch builds the weights quantised: no 16-bit copy, §5.151)
+        system = replace(system or SystemConfig(), param_gather_bytes=q_ag[0],
+                         quantised_weights=1.0)
+        notes.append(f"quantised weights, stored and all-gathered after the optimizer at "
+                     f"{q_ag[0]:g} byte each ({q_ag[1]})")
     try:
         job = make_job(model, cluster, plan, dtype=dtype, framework=fw, system=system)
     except SpecError as e:

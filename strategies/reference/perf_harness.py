@@ -106,10 +106,15 @@ NEMO_PERF_CONTAINERS = ("25.02", "25.04", "25.07")
 #: ``scripts.performance.llm.pretrain_*``; v25.04.02's ``nemotron/launch.sh`` NeMo d2b21556's
 #: (25.02.01) and ``llama3.1/pretrain_llama31.py`` its own copy (``bf16_with_fp8_mixed``,
 #: ``grad_reduce_in_fp32 = False``); not v25.04.02's Grok-1, a NeMo 1 (24.12) run with
-#: ``fp8_params: false``. Each a ``source.table`` prefix of ``dgxc_2505.json``
+#: ``fp8_params: false``; v25.05.05's ``nemotronh/launch.sh`` runs
+#: ``scripts.performance.llm.pretrain_nemotronh_56b`` of NeMo 7a8f1cc7bc40 (``setup.sh``
+#: ``NEMO_COMMIT``), whose ``scripts/performance/utils.py`` ``set_primary_perf_configs``
+#: (lines 426-437) states the FP8 rule above. Each a ``source.table`` prefix of
+#: ``dgxc_2505.json`` or ``hybrid_2026.json``
 DGXC_NEMO2_TABLES = ("llama3.1/README.md @v25.05.05", "nemotron/README.md @v25.05.05",
                      "grok1/README.md @v25.05.05", "llama4/README.md @v25.05.05",
-                     "llama3.1/README.md @v25.04.02", "nemotron/README.md @v25.04.02")
+                     "llama3.1/README.md @v25.04.02", "nemotron/README.md @v25.04.02",
+                     "nemotronh/README.md @v25.05.05")
 #: Megatron-Bridge's per-tensor FP8 precisions keep FP8 weights and all-gather them as such:
 #: ``bf16_with_fp8_delayed_scaling_mixed`` and ``bf16_with_fp8_current_scaling_mixed`` set
 #: ``fp8_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py`` at v0.2.2,
