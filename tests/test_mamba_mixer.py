@@ -148,3 +148,19 @@ def test_elementwise_bytes_copy_the_mixer_layout_only_with_several_sequences():
     assert one == pytest.approx(8192 * 2 * (2 * 20480 + 2 * 16384) / 8, rel=1e-12)
     two = mx.mixer_elementwise_bytes_fwd(m, 2, 8)
     assert two == pytest.approx(2 * one + 2 * 8192 * 2 * 2 * (37120 + 16384) / 8, rel=1e-12)
+
+
+def test_fp8_casts_of_a_hybrid_layer_weigh_attention_and_mixer_by_share():
+    """in_proj's input fused with its norm (T·h/tp under SP), out_proj's unfused (T·d_inner/tp);
+    backward dY of out_proj T·h/tp and of in_proj T·width/tp, unfused; QKV and proj alike;
+    each at its share of the mean layer."""
+    from strategies.cost.quantise import layer_cast_elements
+    m = model_preset("nemotron-h-56b")
+    T, h, tp = 8192, 8192, 8
+    (ff, fu), (bf, bu) = layer_cast_elements(m, 1, tp, 1, True)
+    a, w = m.attention_share, m.mamba_share
+    d, F = m.layer_shares()["dense"], m.ffn_hidden_size     # the squared-ReLU MLP's
+    assert ff == pytest.approx(T / tp * ((a + w + d) * h + d * F), rel=1e-12)
+    assert fu == pytest.approx(T / tp * (a * 8192 + w * 16384), rel=1e-12)
+    assert bf == pytest.approx(T / tp * d * F, rel=1e-12)
+    assert bu == pytest.approx(T / tp * (a * (h + 10240) + w * (h + 37120) + d * h), rel=1e-12)
