@@ -79,8 +79,10 @@ def test_scan_time_is_the_roofline_over_the_measured_efficiency():
         t = mx.scan_time(m, 1, 8, 1, g, 3e12, bwd)
         extra = mx.ssd_eager_bytes_bwd(m, 1, 8, 1, g.sm_count) if bwd else 0.0
         roof = max(mx.ssd_flops(m, 1, 8, backward=bwd) / (g.peak("bf16") * g.attention_efficiency),
-                   (mx.ssd_bytes(m, 1, 8, backward=bwd) + extra) / 3e12)
-        assert t == pytest.approx(roof * scan_factor(8192, 1, 32, 128, g), rel=1e-12)
+                   mx.ssd_bytes(m, 1, 8, backward=bwd) / 3e12)
+        assert t == pytest.approx(roof * scan_factor(8192, 1, 32, 128, g) + extra / 3e12,
+                                  rel=1e-12)
+        assert scan_factor(8192, 1, 32, 128, g) > 1.5      # below the roofline, measured
     # H100 at 3 TB/s: the 56B's scan is HBM-bound both ways (states of 256 x 64 per head)
     assert mx.ssd_bytes(m, 1, 8) / 3e12 > mx.ssd_flops(m, 1, 8) / (g.peak("bf16") * 0.55)
 

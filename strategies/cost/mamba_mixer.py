@@ -229,18 +229,19 @@ def ssd_eager_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sms: int) -> Num
 
 def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
               backward: bool = False) -> Num:
-    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its FLOPs
-    at ``peak · attention_efficiency`` and its bytes at ``hbm`` (bytes/s, ``usable_hbm``;
-    the backward's with ``ssd_eager_bytes_bwd``), over the kernels' measured fraction of
-    that roofline at this grid (``mamba_kernels.scan_factor``)."""
+    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its kernels'
+    FLOPs at ``peak · attention_efficiency`` and their bytes at ``hbm`` (bytes/s,
+    ``usable_hbm``), over the kernels' measured fraction of that roofline at this grid
+    (``mamba_kernels.scan_factor``); the backward's eager passes and head-split partials
+    (``ssd_eager_bytes_bwd``) at ``hbm``."""
     from strategies.cost.mamba_kernels import scan_factor
     flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
-    byts = ssd_bytes(m, b, tp, cp, backward)
-    if backward:
-        byts = byts + ssd_eager_bytes_bwd(m, b, tp, cp, gpu.sm_count or 132)
     s = tokens_per_gpu(1, m.seq_length, cp)
-    return np.maximum(flops, byts / hbm) * scan_factor(
+    t = np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm) * scan_factor(
         s, b, m.mamba_num_heads / np.asarray(tp, dtype=float), m.mamba_chunk_size, gpu)
+    if backward:
+        t = t + ssd_eager_bytes_bwd(m, b, tp, cp, gpu.sm_count or 132) / hbm
+    return t
 
 
 def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float
