@@ -82,8 +82,13 @@ def efficiency(waves: Num) -> Num:
     return np.interp(w, x, [e for _, e in pts])
 
 
+def sm_count(gpu: GPU) -> int:
+    """``gpu``'s SMs, or the benchmark GPU's where the catalog gives none."""
+    from topologies.gpus import get_gpu
+    return gpu.sm_count or get_gpu(BENCH_GPU).sm_count
+
+
 def scan_factor(s: Num, b: Num, H: Num, Q: int, gpu: GPU) -> Num:
     """Factor on the scan's roofline seconds at this shape on ``gpu``: ``1/efficiency`` at
-    its programs per SM (``gpu.sm_count``; 132, the benchmark's H100, where the catalog has
-    none)."""
-    return 1.0 / efficiency(programs_per_sm(s, b, H, Q, gpu.sm_count or 132))
+    its programs per SM (``sm_count``)."""
+    return 1.0 / efficiency(programs_per_sm(s, b, H, Q, sm_count(gpu)))

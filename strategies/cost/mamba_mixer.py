@@ -30,7 +30,9 @@ and latency", writing and reading their intermediates (PyTorch blog, "Accelerati
 with kernel fusion", 2025, which measured 1.5-2.5x from fusing them on A100/H100): the scan's
 time is the larger of its FLOPs at the fused-attention rate the GPU is given
 (``GPU.attention_efficiency``, the class of kernel it is) and its HBM bytes at the usable
-bandwidth (``ssd_bytes``).
+bandwidth (``ssd_bytes``), over the kernels' measured fraction of that roofline at their grid
+(``mamba_kernels``, docs/calibration.md §5.149), plus the backward's eager PyTorch passes
+(``ssd_eager_bytes_bwd``) at the HBM rate.
 """
 from __future__ import annotations
 
@@ -234,13 +236,13 @@ def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
     ``usable_hbm``), over the kernels' measured fraction of that roofline at this grid
     (``mamba_kernels.scan_factor``); the backward's eager passes and head-split partials
     (``ssd_eager_bytes_bwd``) at ``hbm``."""
-    from strategies.cost.mamba_kernels import scan_factor
+    from strategies.cost.mamba_kernels import scan_factor, sm_count
     flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
     s = tokens_per_gpu(1, m.seq_length, cp)
     t = np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm) * scan_factor(
         s, b, m.mamba_num_heads / np.asarray(tp, dtype=float), m.mamba_chunk_size, gpu)
     if backward:
-        t = t + ssd_eager_bytes_bwd(m, b, tp, cp, gpu.sm_count or 132) / hbm
+        t = t + ssd_eager_bytes_bwd(m, b, tp, cp, sm_count(gpu)) / hbm
     return t
 
 
