@@ -70,16 +70,40 @@ def test_gemm_shapes_per_rank():
     assert flops == 2 * 8192 * (8192 * 37120 + 16384 * 8192)
 
 
-def test_scan_time_is_hbm_or_flop_bound():
+def test_scan_time_is_the_roofline_over_the_measured_efficiency():
+    from strategies.cost.mamba_kernels import scan_factor
     from topologies.gpus import get_gpu
     m = model_preset("nemotron-h-56b")
     g = get_gpu("h100")
     for bwd in (False, True):
         t = mx.scan_time(m, 1, 8, 1, g, 3e12, bwd)
-        assert t == max(mx.ssd_flops(m, 1, 8, backward=bwd) / (
-            g.peak("bf16") * g.attention_efficiency), mx.ssd_bytes(m, 1, 8, backward=bwd) / 3e12)
+        extra = mx.ssd_eager_bytes_bwd(m, 1, 8, 1, g.sm_count) if bwd else 0.0
+        roof = max(mx.ssd_flops(m, 1, 8, backward=bwd) / (g.peak("bf16") * g.attention_efficiency),
+                   mx.ssd_bytes(m, 1, 8, backward=bwd) / 3e12)
+        assert t == pytest.approx(roof * scan_factor(8192, 1, 32, 128, g) + extra / 3e12,
+                                  rel=1e-12)
+        assert scan_factor(8192, 1, 32, 128, g) > 1.5      # below the roofline, measured
     # H100 at 3 TB/s: the 56B's scan is HBM-bound both ways (states of 256 x 64 per head)
     assert mx.ssd_bytes(m, 1, 8) / 3e12 > mx.ssd_flops(m, 1, 8) / (g.peak("bf16") * 0.55)
+
+
+def test_backward_eager_bytes_closed_form():
+    """One rank of the 56B at tp 8 on 132 SMs: 64 chunks x 32 heads = 2048 programs, 16 heads
+    a program, 2 splits; per token (8·2 + 2)·2·G·N + 8·2·G·Q + 52·H with G 1, N 256, Q 128,
+    H 32."""
+    m = model_preset("nemotron-h-56b")
+    assert mx.head_splits(1, 64, 32, 1, 132) == 2
+    assert mx.head_splits(1, 64, 32, 1, 10_000) == 32      # one head a program
+    assert mx.head_splits(4, 64, 32, 1, 132) == 1          # a whole group a program
+    want = 8192 * (18 * 2 * 256 + 16 * 128 + 52 * 32)
+    assert mx.ssd_eager_bytes_bwd(m, 1, 8, 1, 132) == pytest.approx(want, rel=1e-12)
+
+
+def test_shape_bytes_without_the_gate():
+    """The forward without z reads x once less and writes one output: 2 X fewer per token."""
+    s, H, G, P, N, Q = 8192, 128, 1, 64, 128, 256
+    d = mx.shape_bytes(s, 1, H, G, P, N, Q) - mx.shape_bytes(s, 1, H, G, P, N, Q, gate=False)
+    assert d == pytest.approx(s * 2 * H * P * 2, rel=1e-12)
 
 
 def test_ssd_bytes_per_token_table():
@@ -116,3 +140,29 @@ def test_saved_bytes_shrink_with_tp_and_sp():
     a = mx.mixer_saved_bytes(m, 1, 1, False)
     assert a == 8192 * 2 * (2 * 4096 + m.mamba_in_proj_width + 2 * m.mamba_d_inner)
     assert mx.mixer_saved_bytes(m, 1, 2, True) < mx.mixer_saved_bytes(m, 1, 2, False) < a
+
+
+def test_elementwise_bytes_copy_the_mixer_layout_only_with_several_sequences():
+    """conv and gated norm: 2·conv + 2·d_inner per token; with b > 1 the two layout copies
+    (in_proj's output and the scan's output) add 2·(in_proj_width + d_inner), per rank."""
+    m = model_preset("nemotron-h-56b")
+    one = mx.mixer_elementwise_bytes_fwd(m, 1, 8)
+    assert one == pytest.approx(8192 * 2 * (2 * 20480 + 2 * 16384) / 8, rel=1e-12)
+    two = mx.mixer_elementwise_bytes_fwd(m, 2, 8)
+    assert two == pytest.approx(2 * one + 2 * 8192 * 2 * 2 * (37120 + 16384) / 8, rel=1e-12)
+
+
+def test_fp8_casts_of_a_hybrid_layer_weigh_attention_and_mixer_by_share():
+    """in_proj's input fused with its norm (T·h/tp under SP), out_proj's unfused (T·d_inner/tp);
+    backward dY of out_proj T·h/tp and of in_proj T·width/tp, unfused; QKV and proj alike;
+    each at its share of the mean layer."""
+    from strategies.cost.quantise import layer_cast_elements
+    m = model_preset("nemotron-h-56b")
+    T, h, tp = 8192, 8192, 8
+    (ff, fu), (bf, bu) = layer_cast_elements(m, 1, tp, 1, True)
+    a, w = m.attention_share, m.mamba_share
+    d, F = m.layer_shares()["dense"], m.ffn_hidden_size     # the squared-ReLU MLP's
+    assert ff == pytest.approx(T / tp * ((a + w + d) * h + d * F), rel=1e-12)
+    assert fu == pytest.approx(T / tp * (a * 8192 + w * 16384), rel=1e-12)
+    assert bf == pytest.approx(T / tp * d * F, rel=1e-12)
+    assert bu == pytest.approx(T / tp * (a * (h + 10240) + w * (h + 37120) + d * h), rel=1e-12)

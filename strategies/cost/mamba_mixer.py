@@ -30,7 +30,9 @@ and latency", writing and reading their intermediates (PyTorch blog, "Accelerati
 with kernel fusion", 2025, which measured 1.5-2.5x from fusing them on A100/H100): the scan's
 time is the larger of its FLOPs at the fused-attention rate the GPU is given
 (``GPU.attention_efficiency``, the class of kernel it is) and its HBM bytes at the usable
-bandwidth (``ssd_bytes``).
+bandwidth (``ssd_bytes``), over the kernels' measured fraction of that roofline at their grid
+(``mamba_kernels``, docs/calibration.md §5.149), plus the backward's eager PyTorch passes
+(``ssd_eager_bytes_bwd``) at the HBM rate.
 """
 from __future__ import annotations
 
@@ -126,6 +128,33 @@ def _chunk_sums(T: Num, Q: int) -> tuple[Num, Num, Num]:
 #: ddA (x, dt, dA, dout, CB in; ddA out) 2 0 1 3 0; the cumsum's backward 0 0 0 5 0:
 #: in all 17 15 6 23.5 8.5.
 SSD_TRAFFIC = {False: (5, 4, 2, 6.5, 4), True: (17, 15, 6, 23.5, 8.5)}
+#: the forward without the gate ``z`` (the chunk scan reads x, not z, and writes y alone)
+SSD_FWD_NO_GATE = (3, 4, 2, 6.5, 4)
+
+
+def shape_flops(s: Num, b: Num, H: Num, G: Num, P: int, N: int, Q: int,
+                backward: bool = False) -> Num:
+    """FLOPs of the SSD scan over ``b`` sequences of ``s`` tokens with ``H`` heads of ``P``
+    dims, ``G`` groups of state ``N``, chunks of ``Q``: ``ssd_flops``' closed form at any
+    shape (the benchmarks' shapes of ``mamba_kernels`` too)."""
+    c, sq, sq2 = _chunk_sums(s, Q)
+    k = (6, 6, 10, 4) if backward else (2, 2, 4, 2)
+    return b * (k[0] * sq2 * N * G + k[1] * sq2 * P * H + k[2] * sq * N * P * H
+                + k[3] * c * N * P * H)
+
+
+def shape_bytes(s: Num, b: Num, H: Num, G: Num, P: int, N: int, Q: int,
+                backward: bool = False, gate: bool = True) -> Num:
+    """HBM bytes of the SSD kernels over ``b`` sequences of ``s`` tokens (``shape_flops``'
+    shape): ``SSD_TRAFFIC``'s multiples of the per-token sizes, the chunk states once per
+    chunk (a partial last chunk whole). ``gate`` False: the forward without ``z``
+    (``mamba_chunk_scan_combined(..., z=None)``: the chunk scan reads no ``z`` and writes
+    one output, ``SSD_FWD_NO_GATE``)."""
+    T = b * np.asarray(s, dtype=float)
+    chunks = _chunk_sums(s, Q)[0] * b
+    x, bc, cb, dt, st = SSD_TRAFFIC[backward] if (backward or gate) else SSD_FWD_NO_GATE
+    per_token = x * H * P * _B16 + bc * G * N * _B16 + cb * G * Q * _F32 + dt * H * _F32
+    return T * per_token + chunks * st * H * N * P * _F32
 
 
 def ssd_flops(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
@@ -138,45 +167,83 @@ def ssd_flops(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False
     C·Bᵀ backwards, ddA) ``6·Σq²·N·G + 6·Σq²·P·H + 10·s·N·P·H + 4·c·N·P·H``; times ``b``
     sequences. The ``D`` skip and the gate are elementwise (``SSD_TRAFFIC``)."""
     s = tokens_per_gpu(1, m.seq_length, cp)
-    c, sq, sq2 = _chunk_sums(s, m.mamba_chunk_size)
-    N, P = m.mamba_state_dim, m.mamba_head_dim
-    H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
-    k = (6, 6, 10, 4) if backward else (2, 2, 4, 2)
-    per_seq = (k[0] * sq2 * N * G + k[1] * sq2 * P * H + k[2] * sq * N * P * H
-               + k[3] * c * N * P * H)
-    return b * per_seq
+    return shape_flops(s, b, m.mamba_num_heads / tp, m.mamba_num_groups / tp,
+                       m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk_size, backward)
 
 
 def ssd_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
     """HBM bytes the SSD kernels move on one GPU (per rank: ``H/tp`` heads, ``G/tp`` groups),
     forward or ``backward``: ``SSD_TRAFFIC``'s multiples of the per-token sizes over the
     GPU's tokens (the chunk states per chunk: ``T/Q`` of them, a partial last chunk whole)."""
-    T = tokens_per_gpu(b, m.seq_length, cp)
-    N, P, Q = m.mamba_state_dim, m.mamba_head_dim, m.mamba_chunk_size
-    H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
     s = tokens_per_gpu(1, m.seq_length, cp)
-    chunks = _chunk_sums(s, Q)[0] * b
-    x, bc, cb, dt, st = SSD_TRAFFIC[backward]
-    per_token = x * H * P * _B16 + bc * G * N * _B16 + cb * G * Q * _F32 + dt * H * _F32
-    return T * per_token + chunks * st * H * N * P * _F32
+    return shape_bytes(s, b, m.mamba_num_heads / tp, m.mamba_num_groups / tp,
+                       m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk_size, backward)
 
 
 def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
     """HBM bytes of the mixer's kernels around the scan in the forward, one GPU: the causal
     conv1d reads ``x, B, C`` (``conv_dim/tp`` 16-bit per token) and writes its SiLU output;
     the gated RMSNorm reads the scan's output and writes its own (``d_inner/tp`` each; the
-    gate ``z`` is read by the scan, ``SSD_TRAFFIC``)."""
+    gate ``z`` is read by the scan, ``SSD_TRAFFIC``). With a micro-batch of more than one
+    sequence, ``MambaMixer`` copies ``in_proj``'s output from Megatron's ``[s, b, h]`` to
+    ``[b, s, h]`` before the scan and the scan's output back before the norm (``rearrange(...)
+    .contiguous()``, Megatron-Core core_v0.12.0 mamba_mixer.py l.313 and l.423, d98e8a64
+    l.691 and l.727; with one sequence both are views): ``in_proj_width/tp + d_inner/tp``
+    read and written. The backward prices twice these bytes (``layer_time``): its gradients
+    come back through the same permutes and are copied by their consumers."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     conv, di = m.mamba_conv_dim / tp, m.mamba_d_inner / tp
-    return T * _B16 * (2 * conv + 2 * di)
+    copies = np.where(np.asarray(b) > 1, 2 * (m.mamba_in_proj_width / tp + di), 0.0)
+    return T * _B16 * (2 * conv + 2 * di + copies)
+
+
+#: Per-token bytes of the backward's passes beside ``SSD_TRAFFIC``'s kernels
+#: (``_mamba_chunk_scan_combined_bwd``, state-spaces/mamba v2.2.4 ssd_combined.py l.376-442;
+#: ssd_chunk_state.py l.815-839, ssd_chunk_scan.py l.1443-1463 and l.1489-1510): ``dt.clone()``
+#: (l.376, 16-bit ``dt`` read and written, 4 per head), the reverse cumsum of ``ddA_cumsum_
+#: prev`` as ``flip``, ``cumsum``, ``flip`` (l.437, three fp32 passes of 8 per head) and ``ddA
+#: += ddA_next + ddA_prev`` (l.442, two of 12): ``SSD_BWD_EAGER_H`` per head; and the
+#: head-split partials of dB, dC (``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``) and dCB
+#: (``_chunk_scan_bwd_dcb``): each kernel writes ``nsplits`` fp32 partials where the table
+#: counts one 16-bit dB/dC (one fp32 dCB), and an eager ``.sum(2)`` reads them and writes
+#: one fp32 result: ``(8·k + 2)`` bytes per B or C element, ``8·k`` per dCB element.
+SSD_BWD_EAGER_H = 4 + 3 * 8 + 2 * 12
+
+
+def head_splits(b: Num, chunks: Num, H: Num, G: Num, sms: int) -> Num:
+    """``nsplits`` of the backward's dB/dC/dCB kernels (ssd_chunk_state.py l.815-818):
+    ``ceil((H/G) / max(min(ceil(b·chunks·H/sms), H/G), 1))``."""
+    ratio = np.asarray(H, dtype=float) / G
+    per = np.maximum(np.minimum(np.ceil(b * chunks * np.asarray(H, dtype=float) / sms), ratio), 1)
+    return np.ceil(ratio / per)
+
+
+def ssd_eager_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sms: int) -> Num:
+    """HBM bytes of the SSD backward's passes outside ``SSD_TRAFFIC`` on one GPU
+    (``SSD_BWD_EAGER_H``, the head-split partials and their sums) with ``sms`` SMs."""
+    s = tokens_per_gpu(1, m.seq_length, cp)
+    T = b * np.asarray(s, dtype=float)
+    N, Q = m.mamba_state_dim, m.mamba_chunk_size
+    H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
+    k = head_splits(b, _chunk_sums(s, Q)[0], H, G, sms)
+    return T * ((8 * k + 2) * 2 * G * N + 8 * k * G * Q + SSD_BWD_EAGER_H * H)
 
 
 def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
               backward: bool = False) -> Num:
-    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its FLOPs
-    at ``peak · attention_efficiency`` and its bytes at ``hbm`` (bytes/s, ``usable_hbm``)."""
+    """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its kernels'
+    FLOPs at ``peak · attention_efficiency`` and their bytes at ``hbm`` (bytes/s,
+    ``usable_hbm``), over the kernels' measured fraction of that roofline at this grid
+    (``mamba_kernels.scan_factor``); the backward's eager passes and head-split partials
+    (``ssd_eager_bytes_bwd``) at ``hbm``."""
+    from strategies.cost.mamba_kernels import scan_factor, sm_count
     flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
-    return np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm)
+    s = tokens_per_gpu(1, m.seq_length, cp)
+    t = np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm) * scan_factor(
+        s, b, m.mamba_num_heads / np.asarray(tp, dtype=float), m.mamba_chunk_size, gpu)
+    if backward:
+        t = t + ssd_eager_bytes_bwd(m, b, tp, cp, sm_count(gpu)) / hbm
+    return t
 
 
 def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float

@@ -107,13 +107,19 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     h, up = m.hidden_size, (2 if m.gated else 1)
     shard = np.where(sp, tp, 1.0)
     f_fused = f_un = b_fused = b_un = 0.0
-    for _, k_in, n_out, split in m.attention_linears():
-        if split == "row":                       # output projection: input from attention
-            f_un = f_un + T * k_in / tp
-            b_un = b_un + T * n_out / shard
-        else:                                    # after a norm; dY from the attention kernel
-            f_fused = f_fused + T * k_in / shard
-            b_un = b_un + T * n_out / (tp if split == "col" else 1.0)
+    # a hybrid model's mean layer: the attention at its share and the Mamba-2 mixers' in_proj
+    # (after the fused pre-norm, as QKV) and out_proj (its input from the gated RMSNorm's
+    # Triton kernel, cast by a pass of its own, as the attention's output) at theirs
+    mixers = ((m.mamba_share, m.mamba_linears()),) if m.is_hybrid and m.mamba_share else ()
+    for w, linears in ((m.attention_share if m.is_hybrid else 1.0, m.attention_linears()),
+                       *mixers):
+        for _, k_in, n_out, split in linears:
+            if split == "row":                   # output projection: input from attention
+                f_un = f_un + w * T * k_in / tp
+                b_un = b_un + w * T * n_out / shard
+            else:                                # after a norm; dY from the attention kernel
+                f_fused = f_fused + w * T * k_in / shard
+                b_un = b_un + w * T * n_out / (tp if split == "col" else 1.0)
     for kind, w in m.layer_shares().items():
         widths = [(1.0, m.ffn_hidden_size, False)] if kind == "dense" else \
             [(float(m.moe_router_topk), m.expert_ffn, True)] + \
