@@ -13,9 +13,11 @@ relu2: squared ReLU, not gated) and Nemotron 3's experts (``n_routed_experts``,
 ``moe_shared_expert_intermediate_size``, the ``e_score_correction_bias`` router bias, group
 routing ``n_group``/``topk_group``). ``expand`` is read and not used: the mixer's width is
 ``mamba_num_heads * mamba_head_dim`` (HF ``NemotronHMamba2Mixer``; Megatron-Core
-``mamba_mixer.py`` l.246-248). Refused by name: latent MoE (``moe_latent_size``, Nemotron 3
-Super), the hybrid multi-token prediction (``num_nextn_predict_layers``,
-``mtp_hybrid_override_pattern``), another activation.
+``mamba_mixer.py`` l.246-248). Nemotron 3 Super's and Ultra's latent MoE
+(``moe_latent_size``) and the hybrid multi-token prediction (``num_nextn_predict_layers``
+modules of the layers ``mtp_hybrid_override_pattern`` or ``mtp_layers_block_type`` lists;
+``strategies.model.latent``). Refused by name: windows, another activation, an MTP count
+without its block's layers (or the reverse).
 """
 from __future__ import annotations
 
@@ -78,11 +80,9 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any],
         if v != want:
             raise SpecError(key, v, f"must be {want!r}: the only activation modelled for "
                             "model_type=nemotron_h")
-    for key in ("moe_latent_size", "num_nextn_predict_layers", "mtp_hybrid_override_pattern",
-                "mtp_layers_block_type", "sliding_window"):
-        if cfg.get(key):
-            raise SpecError(key, cfg[key], "is not modelled for model_type=nemotron_h (latent "
-                            "MoE, the hybrid multi-token prediction and windows are not)")
+    if cfg.get("sliding_window"):
+        raise SpecError("sliding_window", cfg["sliding_window"], "is not modelled for "
+                        "model_type=nemotron_h (windows are not)")
     hidden, heads = common["hidden_size"], common["num_attention_heads"]
     hd = get_int(cfg, "head_dim", None) or get_int(cfg, "attention_head_dim", None)
     args = dict(common, hybrid_pattern=p, activation="squared_relu", position_embedding="none",
@@ -114,7 +114,38 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any],
                         get_int(cfg, "moe_shared_expert_intermediate_size") if shared else None),
                     moe_router_num_groups=groups if groups > 1 else None,
                     moe_router_group_topk=get_int(cfg, "topk_group") if groups > 1 else None)
-    elif cfg.get("n_routed_experts"):
-        raise SpecError("n_routed_experts", cfg["n_routed_experts"], "needs MoE layers (E) in "
-                        "hybrid_override_pattern")
+        latent = get_int(cfg, "moe_latent_size", None)
+        if latent is not None:
+            args["moe_latent_size"] = latent
+    elif cfg.get("n_routed_experts") or cfg.get("moe_latent_size"):
+        key = "n_routed_experts" if cfg.get("n_routed_experts") else "moe_latent_size"
+        raise SpecError(key, cfg[key], "needs MoE layers (E) in hybrid_override_pattern")
+    args.update(_mtp(cfg, get_int))
     return args
+
+
+def _mtp(cfg: Mapping[str, Any], get_int: Callable[..., Any]) -> dict[str, Any]:
+    """The multi-token-prediction fields of a nemotron_h config: ``num_nextn_predict_layers``
+    modules of the block ``mtp_hybrid_override_pattern`` (or ``mtp_layers_block_type``)
+    lists; {} where it states neither. Either without the other is refused by name."""
+    n = get_int(cfg, "num_nextn_predict_layers", 0, lo=0)
+    p = cfg.get("mtp_hybrid_override_pattern")
+    blocks = cfg.get("mtp_layers_block_type")
+    if blocks is not None:
+        if not isinstance(blocks, list) or any(b not in _BLOCK_CHARS for b in blocks):
+            raise SpecError("mtp_layers_block_type", blocks, "must list one of "
+                            f"{', '.join(_BLOCK_CHARS)} per MTP layer")
+        q = "".join(_BLOCK_CHARS[b] for b in blocks)
+        if p is not None and p != q:
+            raise SpecError("mtp_hybrid_override_pattern", p,
+                            f"disagrees with mtp_layers_block_type ({q})")
+        p = q
+    if not n and not p:
+        return {}
+    if not n:
+        raise SpecError("num_nextn_predict_layers", cfg.get("num_nextn_predict_layers"),
+                        f"must be >= 1 where the MTP block is given ({p!r})")
+    if not p:
+        raise SpecError("mtp_hybrid_override_pattern", p, f"is required with "
+                        f"num_nextn_predict_layers={n} (the MTP block's layers, e.g. '*E')")
+    return {"num_nextn_predict_layers": n, "mtp_hybrid_pattern": p}
