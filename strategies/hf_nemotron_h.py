@@ -47,17 +47,24 @@ NEUTRAL = {"time_step_min", "time_step_max", "time_step_floor", "time_step_limit
            "routed_scaling_factor", "norm_topk_prob", "use_cache"}
 
 
-def _pattern(cfg: Mapping[str, Any]) -> str:
-    p = cfg.get("hybrid_override_pattern")
-    blocks = cfg.get("layers_block_type")
+def _spelled(cfg: Mapping[str, Any], pattern_key: str, blocks_key: str) -> Any:
+    """The pattern ``cfg[pattern_key]`` or the one its list spelling ``cfg[blocks_key]``
+    gives (``_BLOCK_CHARS``), refused by name where the list is bad or they disagree."""
+    p = cfg.get(pattern_key)
+    blocks = cfg.get(blocks_key)
     if blocks is not None:
         if not isinstance(blocks, list) or any(b not in _BLOCK_CHARS for b in blocks):
-            raise SpecError("layers_block_type", blocks, "must list one of "
+            raise SpecError(blocks_key, blocks, "must list one of "
                             f"{', '.join(_BLOCK_CHARS)} per layer")
         q = "".join(_BLOCK_CHARS[b] for b in blocks)
         if p is not None and p != q:
-            raise SpecError("hybrid_override_pattern", p, f"disagrees with layers_block_type ({q})")
+            raise SpecError(pattern_key, p, f"disagrees with {blocks_key} ({q})")
         p = q
+    return p
+
+
+def _pattern(cfg: Mapping[str, Any]) -> str:
+    p = _spelled(cfg, "hybrid_override_pattern", "layers_block_type")
     if not isinstance(p, str) or not p:
         raise SpecError("hybrid_override_pattern", p, "is required in a nemotron_h config.json "
                         "(one of M, *, -, E per layer)")
@@ -129,17 +136,7 @@ def _mtp(cfg: Mapping[str, Any], get_int: Callable[..., Any]) -> dict[str, Any]:
     modules of the block ``mtp_hybrid_override_pattern`` (or ``mtp_layers_block_type``)
     lists; {} where it states neither. Either without the other is refused by name."""
     n = get_int(cfg, "num_nextn_predict_layers", 0, lo=0)
-    p = cfg.get("mtp_hybrid_override_pattern")
-    blocks = cfg.get("mtp_layers_block_type")
-    if blocks is not None:
-        if not isinstance(blocks, list) or any(b not in _BLOCK_CHARS for b in blocks):
-            raise SpecError("mtp_layers_block_type", blocks, "must list one of "
-                            f"{', '.join(_BLOCK_CHARS)} per MTP layer")
-        q = "".join(_BLOCK_CHARS[b] for b in blocks)
-        if p is not None and p != q:
-            raise SpecError("mtp_hybrid_override_pattern", p,
-                            f"disagrees with mtp_layers_block_type ({q})")
-        p = q
+    p = _spelled(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
     if not n and not p:
         return {}
     if not n:
