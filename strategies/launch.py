@@ -178,10 +178,19 @@ def _model_args(m) -> list[str]:
         if m.moe_router_num_groups:
             a += [f"--moe-router-num-groups {m.moe_router_num_groups}",
                   f"--moe-router-group-topk {m.moe_router_group_topk}"]
+        if m.moe_latent_size:   # TransformerConfig.moe_latent_size (arguments.py L1980)
+            a.append(f"--moe-latent-size {m.moe_latent_size}")
+    depths = m.num_nextn_predict_layers * m.mtp_repeats
     if m.num_nextn_predict_layers:
-        a.append(f"--mtp-num-layers {m.num_nextn_predict_layers}")
-    if m.is_hybrid:    # Megatron-LM's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern)
-        a += [f"--hybrid-layer-pattern '{m.hybrid_pattern}'", "--position-embedding-type none"]
+        a.append(f"--mtp-num-layers {depths}")
+        if m.mtp_repeats > 1:      # TransformerConfig.mtp_use_repeated_layer: one block
+            a.append("--mtp-use-repeated-layer")
+    if m.is_hybrid:    # Megatron-LM's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern;
+        # the MTP block once per depth after "/", hybrid_layer_allocation.parse_hybrid_pattern)
+        mtp = "".join("/" + m.mtp_hybrid_pattern for _ in range(depths)) \
+            if m.mtp_hybrid_pattern else ""
+        a += [f"--hybrid-layer-pattern '{m.hybrid_pattern}{mtp}'",
+              "--position-embedding-type none"]
         if m.activation == "squared_relu":
             a.append("--squared-relu")
         if m.mamba_share:

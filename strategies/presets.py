@@ -112,6 +112,26 @@ _ALL += [  # hybrid Mamba-2 models (strategies.model.hybrid)
             2688, 32, 2, 1856, mamba_num_heads=64, mamba_state_dim=128, kv_channels=128,
             num_experts=128, moe_router_topk=6, moe_ffn_hidden_size=1856, num_shared_experts=1,
             shared_expert_ffn_hidden_size=3712, router_bias=True),
+    # NVIDIA Nemotron 3 Super 120B-A12B and Ultra 550B-A55B: latent MoE (strategies.model.
+    # latent), 512 routed experts (top 22) and one shared expert, GQA 2, kv channels 128,
+    # Mamba-2 state 128; Megatron-LM d98e8a64 examples/post_training/modelopt/conf/nvidia/
+    # NVIDIA-Nemotron-3-{Super-120B-A12B,Ultra-550B-A55B}-BF16.sh L20-53 / L20-51 (HF
+    # nvidia/NVIDIA-Nemotron-3-*-BF16); one MTP block "*E" (Megatron-Bridge recipes/
+    # nemotronh/h100/nemotron_3_super.py L96-98: "HF config has num_nextn_predict_layers=1
+    # for the shared block"; Ultra's: NVIDIA-NeMo/Automodel cb9765441 examples/
+    # llm_benchmark/nemotron/nemotron_ultra_v3_te_deepep.yaml L17-18, L72-74)
+    _hybrid("nemotron3-super", "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
+            "EMEMEMEMEM*EMEMEMEM*EMEMEMEME", 4096, 32, 2, 2688, mamba_num_heads=128,
+            mamba_state_dim=128, num_experts=512, moe_router_topk=22,
+            moe_ffn_hidden_size=2688, num_shared_experts=1, shared_expert_ffn_hidden_size=5376,
+            router_bias=True, moe_latent_size=1024, num_nextn_predict_layers=1,
+            mtp_hybrid_pattern="*E"),
+    _hybrid("nemotron3-ultra", "MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*"
+            "EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", 8192, 64, 2, 5120,
+            mamba_num_heads=256, mamba_state_dim=128, num_experts=512,
+            moe_router_topk=22, moe_ffn_hidden_size=5120, num_shared_experts=1,
+            shared_expert_ffn_hidden_size=10240, router_bias=True, moe_latent_size=2048,
+            num_nextn_predict_layers=1, mtp_hybrid_pattern="*E"),
 ]
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
 _ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}

@@ -47,12 +47,14 @@ def test_rules_name_field_value_and_rule():
     assert Plan(tp=1, dp=8, zero=1, dp_shard=8) == Plan(tp=1, dp=8, zero=1)
     assert parse_plan("tp=1,zero=1,dp_shard=4").dp_shard == 4
     assert "shard4" in Plan(tp=1, dp=8, zero=1, dp_shard=4).short()
-    # the stacks: Megatron-Core's instances shard ZeRO-1 only, FSDP's HSDP ZeRO-2/3
+    # the stacks: Megatron-Core's instances shard ZeRO-1, and Megatron-FSDP's HSDP ZeRO-3
+    # (docs/calibration.md §5.150), FSDP's HSDP ZeRO-2/3
     check_plan(get_profile("megatron-core"), Plan(tp=1, dp=8, zero=1, dp_shard=4))
+    check_plan(get_profile("megatron-core"), Plan(tp=1, dp=8, zero=3, dp_shard=4))
     check_plan(get_profile("torchtitan"), Plan(tp=1, dp=8, zero=3, dp_shard=4))
     with pytest.raises(SpecError, match="dp_shard.*hai-llm does not run hybrid sharding"):
         check_plan(get_profile("hai-llm"), Plan(tp=1, dp=8, zero=1, dp_shard=4))
-    with pytest.raises(SpecError, match="dp_shard.*only with zero in \\(1,\\)"):
+    with pytest.raises(SpecError, match="dp_shard.*only with zero in \\(1, 3\\)"):
         check_plan(get_profile("megatron-core"), Plan(tp=1, dp=8, zero=2, dp_shard=4))
 
 

@@ -247,9 +247,16 @@ def test_bad_deepseek_configs_name_the_field(edit, field):
     ("nemotron3_nano_30b_a3b", lambda c: c.update(hybrid_override_pattern="ME"),
      "hybrid_override_pattern"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(mlp_hidden_act="silu"), "mlp_hidden_act"),
-    ("nemotron3_nano_30b_a3b", lambda c: c.update(moe_latent_size=1024), "moe_latent_size"),
+    # latent MoE and the hybrid MTP are read (tests/test_latent_moe.py): a bad latent size,
+    # an MTP count without its block's layers and the reverse are refused by name
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(moe_latent_size=0), "moe_latent_size"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(num_nextn_predict_layers=1),
+     "mtp_hybrid_override_pattern"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(mtp_hybrid_override_pattern="*E"),
      "num_nextn_predict_layers"),
+    ("nemotron3_nano_30b_a3b", lambda c: c.update(num_nextn_predict_layers=1,
+                                                  mtp_hybrid_override_pattern="*X"),
+     "mtp_hybrid_pattern"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(mamba_inner_widening=2),   # unknown, structural
      "mamba_inner_widening"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(n_groups=7), "n_groups"),      # 64 heads % 7

@@ -78,14 +78,14 @@ def dispatcher_metadata_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     expert over the ``etp·ep`` ranks of ``tp_ep_group`` (``preprocess`` L541-543,
     ``gather_from_sequence_parallel_region``), the whole gathered buffer ``etp·ep·E``
     counts of ``MOE_COUNT_BYTES`` (the ring all-gather's ``nbytes``); ``probs``, the router
-    probabilities of the rank's routed copies (``routed_token_bytes`` over the hidden size:
+    probabilities of the rank's routed copies (``routed_token_bytes`` over its width:
     one ``MOE_PROB_BYTES`` value per copy), each rank's all-to-all buffer over the ``ep``
     group (``token_dispatch`` L672-676, its gradient's all-to-all in the backward). Per MoE
     layer (not the mean layer's share). Vectorised."""
     etp = tp if etp is None else etp
     n = np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
     counts = n * m.num_experts * MOE_COUNT_BYTES
-    probs = routed_token_bytes(m, b, tp, cp, load) / (ACT_BYTES * m.hidden_size) \
+    probs = routed_token_bytes(m, b, tp, cp, load) / (ACT_BYTES * m.expert_hidden) \
         * MOE_PROB_BYTES
     return counts[()], np.asarray(probs, dtype=float)[()]
 

@@ -144,16 +144,23 @@ def head_flops_fwd_per_token(m: ModelSpec) -> float:
 
 def mtp_flops_fwd_per_token(m: ModelSpec, causal: bool = False) -> float:
     """Forward FLOPs per token of the multi-token-prediction modules (DeepSeek-V3 §2.2): per
-    module, the ``2h -> h`` projection, one transformer layer (MoE when the model is) with its
-    attention and a pass through the shared output head."""
+    module and depth, the ``2h -> h`` projection, its block's layers
+    (``ModelSpec.mtp_block_kinds``: one transformer layer, MoE when the model is; a hybrid
+    model's ``mtp_hybrid_pattern``, its Mamba layers' scans included) with their attention
+    and a pass through the shared output head; each module ``mtp_repeats`` times (one
+    physical block run at each depth)."""
     if not m.num_nextn_predict_layers:
         return 0.0
-    kind = "moe" if m.is_moe else "dense"
+    kinds = m.mtp_block_kinds()
     attn = 2.0 * m.num_attention_heads * (m.head_dim + m.v_dim) / m.seq_length * \
         score_elements(m.seq_length, mode="causal" if causal else "square")
-    per = (2.0 * 2 * m.hidden_size ** 2 + gemm_flops_fwd(m, 1, 1, 1, kind) / m.seq_length
-           + attn + head_flops_fwd_per_token(m))
-    return m.num_nextn_predict_layers * per
+    gemm = sum(gemm_flops_fwd(m, 1, 1, 1, k) for k in kinds) / m.seq_length
+    if "mamba" in kinds:
+        from strategies.cost.mamba_mixer import ssd_flops
+        gemm += kinds.count("mamba") * ssd_flops(m, 1, 1, 1) / m.seq_length
+    per = (2.0 * 2 * m.hidden_size ** 2 + gemm + m.mtp_attention_layers() * attn
+           + head_flops_fwd_per_token(m))
+    return m.num_nextn_predict_layers * m.mtp_repeats * per
 
 
 def training_flops_per_token(m: ModelSpec, causal: bool = False, mtp: bool = False) -> float:

@@ -85,11 +85,12 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
             out += [("dense_mlp", (w, T, up * F / tp, h, False)),
                     ("dense_mlp", (w, T, h, F / tp, True))]
             continue
-        F, local = m.expert_ffn, m.num_experts / ep
+        F, local, he = m.expert_ffn, m.num_experts / ep, m.expert_hidden
         Me = expert_tokens(m, b, tp, cp, ep, etp, load)
-        out += [("routed_mlp", (w * local, Me, up * F / etp, h, False)),
-                ("routed_mlp", (w * local, Me, h, F / etp, True)),
+        out += [("routed_mlp", (w * local, Me, up * F / etp, he, False)),
+                ("routed_mlp", (w * local, Me, he, F / etp, True)),
                 ("routed_mlp", (w, T_gate, m.num_experts, h, None))]
+        out += [("routed_mlp", g) for g in latent_gemms(m, w, T_gate)]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn
             out += [("shared_mlp", (w, T, up * Fs / tp, h, False)),
@@ -103,6 +104,19 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         w = 1.0 if kind == "mamba" else m.mamba_share
         out += [("mamba", (w * c, M, N, K, r)) for c, M, N, K, r in mamba_gemms(m, b, tp, cp)]
     return out
+
+
+def latent_gemms(m: ModelSpec, w: Num, T: Num) -> list[tuple]:
+    """A latent MoE's two projections on ``T`` rows (``w`` layers' worth): ``h -> L`` before
+    the dispatch and ``L -> h`` after the combine, whole on every tensor-parallel rank
+    (Megatron-Core's ``parallel_mode="duplicated"``; ``row_parallel`` None, priced as the
+    router is: ``strategies.model.latent``); [] without ``moe_latent_size``. Forward FLOPs
+    ``2·(2·T·h·L)``."""
+    L = m.moe_latent_size
+    if not L:
+        return []
+    h = m.hidden_size
+    return [(w, T, L, h, None), (w, T, h, L, None)]
 
 
 def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
@@ -162,9 +176,9 @@ def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         else:
             attn.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
 
-    def mlp(w: Num, M: Num, F: Num, t: Num = tp) -> list[tuple]:
-        ups = [(w, M, F / t, h, False)] * up           # w1 (and w3 when gated)
-        return ups + [(w, M, h, F / t, True)]
+    def mlp(w: Num, M: Num, F: Num, t: Num = tp, k: Num = h) -> list[tuple]:
+        ups = [(w, M, F / t, k, False)] * up           # w1 (and w3 when gated)
+        return ups + [(w, M, k, F / t, True)]
 
     out: list[tuple[str, tuple]] = []
     shares = m.layer_shares(kind)
@@ -177,8 +191,10 @@ def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
             local = m.num_experts / ep
             Me = expert_tokens(m, b, tp, cp, ep, etp, load)
             counted.append(("routed_mlp", (w, T, m.num_experts, h, None)))
+            counted += [("routed_mlp", g) for g in latent_gemms(m, w, T)]
             uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
-                          mlp(w, Me, m.expert_ffn, tp if etp is None else etp)]
+                          mlp(w, Me, m.expert_ffn, tp if etp is None else etp,
+                              m.expert_hidden)]
             if m.num_shared_experts:
                 counted += [("shared_mlp", g)
                             for g in mlp(w, T, m.num_shared_experts * m.shared_ffn)]

@@ -14,11 +14,12 @@ from topologies.precision import get_precision
 def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:
     """Bytes of the routed token copies one GPU sends into one MoE layer's dispatch (and
     receives back in its combine), per micro-batch, in 16 bits: its ``T/tp`` tokens (sequence
-    parallel, as Megatron-Core runs MoE under tensor parallelism), each a hidden vector for
-    each of its ``topk`` experts, ``load`` times the mean for the hottest rank
-    (``moe_load``). A dispatch in a low format moves ``dispatch_bytes/ACT_BYTES`` of it
-    (``dispatch_element_bytes``)."""
-    return ACT_BYTES * tokens_per_gpu(b, m.seq_length, cp) / tp * m.hidden_size \
+    parallel, as Megatron-Core runs MoE under tensor parallelism), each a vector of the
+    experts' width ``expert_hidden`` (``h``; a latent MoE's ``L``: Megatron-Core
+    ``token_dispatcher.py`` L1535) for each of its ``topk`` experts, ``load`` times the
+    mean for the hottest rank (``moe_load``). A dispatch in a low format moves
+    ``dispatch_bytes/ACT_BYTES`` of it (``dispatch_element_bytes``)."""
+    return ACT_BYTES * tokens_per_gpu(b, m.seq_length, cp) / tp * m.expert_hidden \
         * m.moe_router_topk * load
 
 

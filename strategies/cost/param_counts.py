@@ -32,19 +32,17 @@ def layer_params_split(m: ModelSpec, tp: Num, ep: Num,
     return (m.layer_params() - experts - rep) / tp + rep, experts / (etp * ep)
 
 
-def mtp_layer_kind(m: ModelSpec) -> str:
-    """The kind of the transformer layer a multi-token-prediction module holds: ``moe`` when
-    the model has experts, else ``dense`` (its parameters and its stash are that kind's)."""
-    return "moe" if m.is_moe else "dense"
-
-
 def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
                      etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module
-    (``ModelSpec.mtp_params``): its layer (MoE when the model is; ``layer_params_split`` of
-    that kind, routed experts over ``etp·ep``), the ``2h -> h`` projection over ``tp`` and
-    three norms."""
-    dense, expert = layer_params_split(m.of_kind(mtp_layer_kind(m)), tp, ep, etp)
+    (``ModelSpec.mtp_params``): its block's layers (``ModelSpec.mtp_block_kinds``: one
+    transformer layer, MoE when the model is, or a hybrid model's pattern; each
+    ``layer_params_split`` of its kind, routed experts over ``etp·ep``), the ``2h -> h``
+    projection over ``tp`` and three norms; once however many depths it runs."""
+    dense, expert = 0.0, 0.0
+    for k in m.mtp_block_kinds():
+        d_k, e_k = layer_params_split(m.of_kind(k), tp, ep, etp)
+        dense, expert = dense + d_k, expert + e_k
     return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
 
 
@@ -148,7 +146,8 @@ def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
 def layer_param_tensors(m: ModelSpec) -> tuple[int, ...]:
     """Numel of each parameter tensor of one layer in forward order (the whole tensor, before
     any split): input norm, attention weights and biases, second norm, MLP weights and biases
-    (a MoE layer: the router, then every routed and shared expert's). What a stack that
+    (a MoE layer: the router, a latent MoE's down projection, every routed expert, its up
+    projection, then every shared expert's). What a stack that
     gathers one tensor at a time (DeepSpeed ZeRO-3, ``zero3_tensor_gathers``) gathers."""
     h = m.hidden_size
     norm = (h, h) if m.norm == "layernorm" else (h,)
@@ -160,12 +159,14 @@ def layer_param_tensors(m: ModelSpec) -> tuple[int, ...]:
         if name == "proj" and m.bias:
             attn.append(h)
 
-    def mlp(ffn: int) -> list[int]:
+    def mlp(ffn: int, w: int = h) -> list[int]:
         up = (2 if m.gated else 1) * ffn
-        return [h * up] + ([up] if m.bias else []) + [ffn * h] + ([h] if m.bias else [])
+        return [w * up] + ([up] if m.bias else []) + [ffn * w] + ([w] if m.bias else [])
 
     if m.is_moe:
-        body = [h * m.num_experts] + mlp(m.expert_ffn) * m.num_experts
+        L = m.moe_latent_size
+        body = [h * m.num_experts] + ([h * L] if L else []) \
+            + mlp(m.expert_ffn, m.expert_hidden) * m.num_experts + ([L * h] if L else [])
         body += mlp(m.shared_ffn) * m.num_shared_experts
     else:
         body = mlp(m.ffn_hidden_size)

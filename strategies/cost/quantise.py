@@ -126,8 +126,8 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
             ([(1.0, m.num_shared_experts * m.shared_ffn, False)] if m.num_shared_experts else [])
         for copies, F, routed in widths:
             t = w * copies * T
-            if routed:                           # after the token permutation
-                f_un = f_un + t * h
+            if routed:                           # after the permutation (expert_hidden wide)
+                f_un = f_un + t * m.expert_hidden
             else:                                # after the MLP's norm
                 f_fused = f_fused + t * h / shard
             own = routed_unfused if routed else mlp_unfused  # the GEMMs' own passes
@@ -136,7 +136,7 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
             f_un = f_un + np.where(own, f_act, 0.0)
             b_fused = b_fused + np.where(own, 0.0, b_act)   # -> first GEMM's dY
             b_un = b_un + np.where(own, b_act, 0.0)
-            b_un = b_un + (t * h if routed else t * h / shard)
+            b_un = b_un + (t * m.expert_hidden if routed else t * h / shard)
     return (f_fused, f_un), (b_fused, b_un)
 
 

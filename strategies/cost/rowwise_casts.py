@@ -122,8 +122,9 @@ def layer_linears(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
         for copies, F, routed in widths:
             act = ~np.asarray(routed_unfused if routed else mlp_unfused, dtype=bool)
             first_fused = False if routed else ~gathered   # routed: after the permutation
-            out.append((w, copies * T, h, up * F / tp, first_fused, act, False))
-            out.append((w, copies * T, F / tp, h, act, False, False))
+            k = m.expert_hidden if routed else h         # a latent MoE's experts: L wide
+            out.append((w, copies * T, k, up * F / tp, first_fused, act, False))
+            out.append((w, copies * T, F / tp, k, act, False, False))
     return out
 
 

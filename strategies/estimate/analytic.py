@@ -73,7 +73,7 @@ from strategies.estimate.terms.faults import degraded_view
 from strategies.estimate.terms.grad_reduce import grad_reduce
 from strategies.estimate.terms.layer_comm import layer_comm
 from strategies.estimate.terms.messages import p2p_exposed
-from strategies.estimate.terms.stages import span_of, stage_times
+from strategies.estimate.terms.stages import mtp_seconds, span_of, stage_times
 from strategies.estimate.terms.tail import per_step_allreduces, step_tail
 from strategies.estimate.terms.zero2 import zero2_terms
 from strategies.estimate.terms.zero3 import zero3_exposed
@@ -134,7 +134,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # a layer's exposed communication, each kind of rank's seconds, the pipeline's span and
     # its exposed messages
     comm = layer_comm(sc, cl, P, mb, split, L)
-    st = stage_times(sc, P, n_k, comm, cl, lps)
+    st = stage_times(sc, P, n_k, comm, cl, lps,
+                     mtp_seconds(sc, comm, m.num_nextn_predict_layers, m.mtp_stash_layers))
     span = span_of(sc, P, st, comm, mb, lps, pipe_span)
     t_p2p, pp_exposed = p2p_exposed(sc, cl, P, profile, st, span, mb, lps)
 

@@ -13,9 +13,11 @@ relu2: squared ReLU, not gated) and Nemotron 3's experts (``n_routed_experts``,
 ``moe_shared_expert_intermediate_size``, the ``e_score_correction_bias`` router bias, group
 routing ``n_group``/``topk_group``). ``expand`` is read and not used: the mixer's width is
 ``mamba_num_heads * mamba_head_dim`` (HF ``NemotronHMamba2Mixer``; Megatron-Core
-``mamba_mixer.py`` l.246-248). Refused by name: latent MoE (``moe_latent_size``, Nemotron 3
-Super), the hybrid multi-token prediction (``num_nextn_predict_layers``,
-``mtp_hybrid_override_pattern``), another activation.
+``mamba_mixer.py`` l.246-248). Nemotron 3 Super's and Ultra's latent MoE
+(``moe_latent_size``) and the hybrid multi-token prediction (``num_nextn_predict_layers``
+modules of the layers ``mtp_hybrid_override_pattern`` or ``mtp_layers_block_type`` lists;
+``strategies.model.latent``). Refused by name: windows, another activation, an MTP count
+without its block's layers (or the reverse).
 """
 from __future__ import annotations
 
@@ -47,17 +49,24 @@ NEUTRAL = {"time_step_min", "time_step_max", "time_step_floor", "time_step_limit
            "routed_scaling_factor", "norm_topk_prob", "use_cache"}
 
 
-def _pattern(cfg: Mapping[str, Any]) -> str:
-    p = cfg.get("hybrid_override_pattern")
-    blocks = cfg.get("layers_block_type")
+def _spelled(cfg: Mapping[str, Any], pattern_key: str, blocks_key: str) -> Any:
+    """The pattern ``cfg[pattern_key]`` or the one its list spelling ``cfg[blocks_key]``
+    gives (``_BLOCK_CHARS``), refused by name where the list is bad or they disagree."""
+    p = cfg.get(pattern_key)
+    blocks = cfg.get(blocks_key)
     if blocks is not None:
         if not isinstance(blocks, list) or any(b not in _BLOCK_CHARS for b in blocks):
-            raise SpecError("layers_block_type", blocks, "must list one of "
+            raise SpecError(blocks_key, blocks, "must list one of "
                             f"{', '.join(_BLOCK_CHARS)} per layer")
         q = "".join(_BLOCK_CHARS[b] for b in blocks)
         if p is not None and p != q:
-            raise SpecError("hybrid_override_pattern", p, f"disagrees with layers_block_type ({q})")
+            raise SpecError(pattern_key, p, f"disagrees with {blocks_key} ({q})")
         p = q
+    return p
+
+
+def _pattern(cfg: Mapping[str, Any]) -> str:
+    p = _spelled(cfg, "hybrid_override_pattern", "layers_block_type")
     if not isinstance(p, str) or not p:
         raise SpecError("hybrid_override_pattern", p, "is required in a nemotron_h config.json "
                         "(one of M, *, -, E per layer)")
@@ -84,11 +93,9 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any]) -> dict[str,
         if v != want:
             raise SpecError(key, v, f"must be {want!r}: the only activation modelled for "
                             "model_type=nemotron_h")
-    for key in ("moe_latent_size", "num_nextn_predict_layers", "mtp_hybrid_override_pattern",
-                "mtp_layers_block_type", "sliding_window"):
-        if cfg.get(key):
-            raise SpecError(key, cfg[key], "is not modelled for model_type=nemotron_h (latent "
-                            "MoE, the hybrid multi-token prediction and windows are not)")
+    if cfg.get("sliding_window"):
+        raise SpecError("sliding_window", cfg["sliding_window"], "is not modelled for "
+                        "model_type=nemotron_h (windows are not)")
     hidden, heads = common["hidden_size"], common["num_attention_heads"]
     hd = get_int(cfg, "head_dim", None) or get_int(cfg, "attention_head_dim", None)
     args = dict(common, hybrid_pattern=p, activation="squared_relu", position_embedding="none",
@@ -120,7 +127,28 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any]) -> dict[str,
                         get_int(cfg, "moe_shared_expert_intermediate_size") if shared else None),
                     moe_router_num_groups=groups if groups > 1 else None,
                     moe_router_group_topk=get_int(cfg, "topk_group") if groups > 1 else None)
-    elif cfg.get("n_routed_experts"):
-        raise SpecError("n_routed_experts", cfg["n_routed_experts"], "needs MoE layers (E) in "
-                        "hybrid_override_pattern")
+        latent = get_int(cfg, "moe_latent_size", None)
+        if latent is not None:
+            args["moe_latent_size"] = latent
+    elif cfg.get("n_routed_experts") or cfg.get("moe_latent_size"):
+        key = "n_routed_experts" if cfg.get("n_routed_experts") else "moe_latent_size"
+        raise SpecError(key, cfg[key], "needs MoE layers (E) in hybrid_override_pattern")
+    args.update(_mtp(cfg, get_int))
     return args
+
+
+def _mtp(cfg: Mapping[str, Any], get_int: Callable[..., Any]) -> dict[str, Any]:
+    """The multi-token-prediction fields of a nemotron_h config: ``num_nextn_predict_layers``
+    modules of the block ``mtp_hybrid_override_pattern`` (or ``mtp_layers_block_type``)
+    lists; {} where it states neither. Either without the other is refused by name."""
+    n = get_int(cfg, "num_nextn_predict_layers", 0, lo=0)
+    p = _spelled(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type")
+    if not n and not p:
+        return {}
+    if not n:
+        raise SpecError("num_nextn_predict_layers", cfg.get("num_nextn_predict_layers"),
+                        f"must be >= 1 where the MTP block is given ({p!r})")
+    if not p:
+        raise SpecError("mtp_hybrid_override_pattern", p, f"is required with "
+                        f"num_nextn_predict_layers={n} (the MTP block's layers, e.g. '*E')")
+    return {"num_nextn_predict_layers": n, "mtp_hybrid_pattern": p}

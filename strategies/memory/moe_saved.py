@@ -11,8 +11,8 @@ from strategies.cost.recompute import part_selected
 from strategies.model import ModelSpec
 
 
-def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None
-                             ) -> tuple[float, float, float]:
+def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None,
+                             width: int | None = None) -> tuple[float, float, float]:
     """``(fc1 input, activation-function input, fc2 input)``: bytes one routed token copy
     (one of its ``k`` experts) saves for the backward in the expert MLP, before any split.
     ``expert_input`` None: the module table's 16-bit ``2h``, ``4·F_e`` gated (``2·F_e``
@@ -21,8 +21,10 @@ def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None
     and the activation function's input in bf16 (Megatron-Core's ``WeightedSwiGLUFunction``
     input, the fused kernel's ``c_tensor``): ``q·h``, ``4·F_e``, ``q·F_e``. The routing
     probabilities both paths save (4 B per copy) and the unfused path's ``Fp8Padding`` rows
-    (each local expert padded to a multiple of 32 rows) are neglected, as in the table."""
-    h, f = model.hidden_size, model.expert_ffn
+    (each local expert padded to a multiple of 32 rows) are neglected, as in the table.
+    ``width``: the copy's width for ``h`` (a latent MoE's ``expert_hidden``; None: ``h``,
+    the table's)."""
+    h, f = width or model.hidden_size, model.expert_ffn
     act = (4 if model.gated else 2) * f
     if expert_input is None:
         return 2.0 * h, float(act), 2.0 * f
@@ -46,7 +48,9 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     they run, each routed copy saves ``routed_token_saved_bytes(model, expert_input)``
     (``expert_input_bytes``). ``parts``: a weight (1 or 0) for each of the three tensors
     (fc1 input, activation input, fc2 input): ``routed_stash_correction`` reads fc2's
-    alone."""
+    alone. A latent MoE (``strategies.model.latent``): as they run the copies are
+    ``expert_hidden`` = ``L`` wide (the table's ``h``), and ``fc2_latent_proj`` saves its
+    ``L``-wide input, ``2sb·L`` (split by ``t`` with SP; weighted as fc1's input)."""
     if not model.is_moe:
         return 0.0, 0.0
     etp = tp if etp is None else etp
@@ -62,10 +66,12 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
 
     fc1, inner = saved(*routed_token_saved_bytes(model))
     table = r * share * (fc1 / seq_div + inner)
+    he = model.expert_hidden
+    fc1, inner = saved(*routed_token_saved_bytes(model, expert_input, he))
+    latent = r * share * 2.0 * T * (model.moe_latent_size or 0) * parts[0] / seq_div
     if expert_input is not None:
-        fc1, inner = saved(*routed_token_saved_bytes(model, expert_input))
         r = 1.0
-    real = r * share * load * (fc1 * etp / tp + inner)
+    real = r * share * load * (fc1 * etp / tp + inner) + latent
     return table, real
 
 
@@ -127,5 +133,5 @@ def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, t
     if not model.is_moe:
         return 0.0
     T = seq_len * micro_batch_size / (tp * cp)
-    return 2.0 * T * model.hidden_size * model.moe_router_topk \
+    return 2.0 * T * model.expert_hidden * model.moe_router_topk \
         * (dispatch_bytes / token_counts.ACT_BYTES + load)

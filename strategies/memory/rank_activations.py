@@ -210,7 +210,7 @@ class RankActivations:
         for have in even_chunks_content_arrays(m, sub(sched), sub(pp), sub(v), sub(stage),
                                                range(top), *(sub(x) for x in lay)):
             held_c = {k: have[k] + zeros for k in have}
-            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
+            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"] * m.mtp_stash_layers
             with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
                 a_c, w_c, _ = self.stash(lpc_c, stash_kinds(m, held_c, lpc_c), pick)
             acts.append(np.where(lpc_c > 0, a_c, 0.0) + zeros)

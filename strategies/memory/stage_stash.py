@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from strategies.cost import param_counts
 from strategies.cost.recompute import checkpoint_inputs, kept_layers, modules_mask, \
     rebuilt_layers
 from strategies.errors import SpecError
@@ -32,7 +31,7 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
     the model's ``ModelSpec.of_kind`` of the kind (whose mean layer is one layer of it) and
     ``count`` its layers (numbers or arrays). ``content`` ``{"dense", "moe", "mtp": counts}``
     is what the rank holds (``layout.stage_content``; both copies where mirrored); a
-    multi-token-prediction module stashes one layer of ``param_counts.mtp_layer_kind``; the counts
+    multi-token-prediction module stashes its ``ModelSpec.mtp_layer_counts``; the counts
     are scaled to sum to ``layers`` (the layers a micro-batch stashes: the mean of a mirrored
     rank's two copies). A model of one kind without MTP modules, or no ``content``:
     ``[(model, layers)]``, its mean layer. The one rule by which the array model, the scalar
@@ -41,15 +40,15 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
         return [(model, layers)]
     kinds = model.cost_kinds()
     n = {k: np.asarray(content.get(k, 0.0), dtype=float) for k in kinds + ("mtp",)}
-    total = sum((n[k] for k in kinds), n["mtp"]) if model.is_hybrid else \
-        n["dense"] + n["moe"] + n["mtp"]
+    total = sum((n[k] for k in kinds), n["mtp"] * model.mtp_stash_layers) if model.is_hybrid \
+        else n["dense"] + n["moe"] + n["mtp"] * model.mtp_stash_layers
     scale = np.divide(np.asarray(layers, dtype=float), total,
                       out=np.zeros(np.broadcast(total, np.asarray(layers)).shape),
                       where=total > 0)
-    mtp_kind = param_counts.mtp_layer_kind(model)
+    per = model.mtp_layer_counts()
     out = []
     for k in kinds:
-        nk = n[k] + (n["mtp"] if k == mtp_kind else 0.0)
+        nk = n[k] + n["mtp"] * per.get(k, 0)
         if np.any(nk):
             out.append((model.of_kind(k), (nk * scale)[()]))
     return out or [(model, layers)]
@@ -215,13 +214,15 @@ def pending_weight_grads(job: Job, stage: int) -> int:
 def stashed_layers(job: Job, stage: int = 0) -> float:
     """Layers whose activations a micro-batch stashes on ``stage``, all its chunks: its
     transformer layers and multi-token-prediction modules (about one layer's activations
-    each; ``Job.layout``); DualPipe (``Schedule.mirrored``): the mean of its two copies'
-    (stages ``stage`` and ``pp-1-stage``), whose micro-batches it stashes alike."""
+    per layer of a module's block and depth, ``ModelSpec.mtp_stash_layers``; ``Job.layout``);
+    DualPipe (``Schedule.mirrored``): the mean of its two copies' (stages ``stage`` and
+    ``pp-1-stage``), whose micro-batches it stashes alike."""
     p, lay = job.plan, job.layout
+    k = job.model.mtp_stash_layers
     if get_schedule(p.schedule).mirrored and p.pp > 1:
         copies = (stage, p.pp - 1 - stage)
-        return sum(lay.layers_of_stage(s) + lay.mtp_of_stage(s) for s in copies) / 2
-    return lay.layers_of_stage(stage) + lay.mtp_of_stage(stage)
+        return sum(lay.layers_of_stage(s) + k * lay.mtp_of_stage(s) for s in copies) / 2
+    return lay.layers_of_stage(stage) + k * lay.mtp_of_stage(stage)
 
 
 def layers_per_chunk(job: Job, stage: int = 0) -> float:

@@ -9,7 +9,8 @@ MoE layers every ``moe_layer_freq`` layers, multi-token-prediction modules
 
 The package: ``spec`` (the dataclass, its fields and derived shapes), ``checks`` (the rules
 checked when one is made), ``layers`` (layer kinds: dense, MoE, windowed), ``params``
-(parameter counts) and ``mapping`` (a model from a mapping of its fields). Imports point one
+(parameter counts), ``hybrid`` (Mamba-2 hybrids), ``latent`` (latent MoE, a hybrid model's
+MTP block) and ``mapping`` (a model from a mapping of its fields). Imports point one
 way: ``checks`` <- ``layers``, ``params`` <- ``spec`` <- ``mapping``.
 """
 from strategies.model.mapping import model_from_mapping

@@ -83,6 +83,8 @@ def check_spec(spec: "ModelSpec") -> None:
         for f in MAMBA_FIELDS:
             if getattr(spec, f) is not None:
                 raise SpecError(f, getattr(spec, f), "needs hybrid_pattern (a Mamba layer)")
+    from strategies.model.latent import check_latent_mtp
+    check_latent_mtp(spec)
 
 def _check_variants(spec: "ModelSpec") -> None:
     c = spec.activation_clamp

@@ -116,8 +116,8 @@ def check_hybrid(spec: "ModelSpec") -> None:
     """The rules of a hybrid model (``SpecError`` naming field, value and rule): a pattern of
     ``M * - E`` one character per layer; the Mamba fields set where it has an ``M`` (heads
     a multiple of groups); experts exactly where it has an ``E``; none of the transformer
-    layouts the pattern replaces (dense first layers, an MoE frequency, windows, MLA,
-    multi-token prediction)."""
+    layouts the pattern replaces (dense first layers, an MoE frequency, windows, MLA); its
+    multi-token prediction: ``latent.check_latent_mtp``."""
     from topologies.limits import check_bool, check_int
     p = spec.hybrid_pattern
     if not isinstance(p, str) or not p:
@@ -147,8 +147,7 @@ def check_hybrid(spec: "ModelSpec") -> None:
     for f, bad_v in (("first_k_dense_replace", spec.first_k_dense_replace),
                      ("moe_layer_freq", spec.moe_layer_freq != 1),
                      ("sliding_window", spec.sliding_window),
-                     ("kv_lora_rank", spec.kv_lora_rank),
-                     ("num_nextn_predict_layers", spec.num_nextn_predict_layers)):
+                     ("kv_lora_rank", spec.kv_lora_rank)):
         if bad_v:
             raise SpecError(f, getattr(spec, f), "is not modelled with a hybrid pattern (the "
-                            "pattern places every layer; Megatron's hybrid MTP is not modelled)")
+                            "pattern places every layer)")

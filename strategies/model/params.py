@@ -46,12 +46,15 @@ class ParamCounts:
         return n
 
     def tp_replicated_params(self) -> int:
-        """Attention parameters every tensor-parallel rank holds whole: MLA's down projections
-        and the norms of their latents (0 without MLA)."""
+        """Parameters of the mean layer every tensor-parallel rank holds whole: MLA's down
+        projections and the norms of their latents, and a latent MoE's duplicated projections
+        (``latent_proj_params`` times the MoE layers' share); 0 without either."""
+        latent = (self.layer_shares().get("moe", 0.0) * self.latent_proj_params()
+                  if self.moe_latent_size else 0)
         if not self.is_mla:
-            return 0
+            return latent
         rep = sum(i * o for _, i, o, s in self.attention_linears() if s == "rep")
-        return rep + (self.q_lora_rank or 0) + self.kv_lora_rank
+        return rep + (self.q_lora_rank or 0) + self.kv_lora_rank + latent
 
     def kv_cache_width(self) -> int:
         """Elements per token per layer a decoder caches: ``2·g·d`` (K and V), or for MLA the
@@ -61,19 +64,20 @@ class ParamCounts:
         return 2 * self.kv_heads * self.head_dim
 
     # MLP -------------------------------------------------------------------------------------
-    def _mlp_weights(self, ffn: int) -> int:
-        return (3 if self.gated else 2) * self.hidden_size * ffn
+    def _mlp_weights(self, ffn: int, width: int | None = None) -> int:
+        return (3 if self.gated else 2) * (width or self.hidden_size) * ffn
 
-    def _mlp_bias(self, ffn: int) -> int:
-        return ffn * (2 if self.gated else 1) + self.hidden_size if self.bias else 0
+    def _mlp_bias(self, ffn: int, width: int | None = None) -> int:
+        return ffn * (2 if self.gated else 1) + (width or self.hidden_size) if self.bias else 0
 
     def mlp_params_per_expert(self) -> int:
-        """Weights of one routed expert (biases: ``expert_params``)."""
-        return self._mlp_weights(self.expert_ffn)
+        """Weights of one routed expert, ``(2 or 3)·w·F_e`` with ``w`` its input and output
+        width ``expert_hidden`` (a latent MoE's ``L``; biases: ``expert_params``)."""
+        return self._mlp_weights(self.expert_ffn, self.expert_hidden)
 
     def expert_params(self) -> int:
         """One routed expert with its biases."""
-        return self.mlp_params_per_expert() + self._mlp_bias(self.expert_ffn)
+        return self.mlp_params_per_expert() + self._mlp_bias(self.expert_ffn, self.expert_hidden)
 
     def dense_mlp_params(self) -> int:
         """The MLP of a dense layer (``ffn_hidden_size``), biases included."""
@@ -99,7 +103,8 @@ class ParamCounts:
             return 0
         if kind == "dense":
             return self.dense_mlp_params()
-        return self.routed_expert_params() + self.shared_expert_params() + self.router_params()
+        return (self.routed_expert_params() + self.shared_expert_params() + self.router_params()
+                + self.latent_proj_params())
 
     def mlp_width(self, kind: str) -> int:
         """MLP intermediate width one token passes through in a layer of ``kind``: ``F``
@@ -172,14 +177,16 @@ class ParamCounts:
 
     def mtp_params(self) -> int:
         """Parameters of the multi-token-prediction modules (DeepSeek-V3 §2.2): each holds two
-        input norms, the ``2h x h`` projection, one transformer layer (MoE when the model is)
-        and its output norm; the embedding and output head are shared with the main model."""
-        kind = "moe" if self.is_moe else "dense"
-        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 + self.layer_params(kind)
+        input norms, the ``2h x h`` projection, its block's layers (``mtp_block_kinds``: one
+        transformer layer, MoE when the model is; a hybrid model's ``mtp_hybrid_pattern``)
+        and its output norm; the embedding and output head are shared with the main model.
+        A module run at several depths (``mtp_repeats``) is counted once."""
+        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 \
+            + sum(self.layer_params(k) for k in self.mtp_block_kinds())
         return self.num_nextn_predict_layers * per
 
     def mtp_active_params(self) -> int:
         """Parameters one token touches in the multi-token-prediction modules."""
-        kind = "moe" if self.is_moe else "dense"
-        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 + self.active_layer_params(kind)
+        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 \
+            + sum(self.active_layer_params(k) for k in self.mtp_block_kinds())
         return self.num_nextn_predict_layers * per

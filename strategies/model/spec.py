@@ -12,6 +12,7 @@ from typing import Any
 
 from strategies.model.checks import check_positive, check_spec
 from strategies.model.hybrid import HybridShapes
+from strategies.model.latent import LatentMtp
 from strategies.model.layers import LayerKinds
 from strategies.model.params import ParamCounts
 
@@ -31,7 +32,7 @@ def yarn_attention_factor(factor: float, mscale: float | None = None,
 
 
 @dataclass(frozen=True)
-class ModelSpec(LayerKinds, ParamCounts, HybridShapes):
+class ModelSpec(LayerKinds, ParamCounts, HybridShapes, LatentMtp):
     """A decoder-only transformer. ``seq_length`` is the default training length (tokens).
 
     ``ffn_hidden_size`` is the MLP width of the dense layers, ``moe_ffn_hidden_size`` that of
@@ -109,6 +110,18 @@ class ModelSpec(LayerKinds, ParamCounts, HybridShapes):
     mamba_chunk_size: int | None = None       # Q, the SSD scan's chunk length
     mamba_conv_bias: bool = True
     mamba_proj_bias: bool = False             # biases on in_proj/out_proj (HF ``use_bias``)
+    #: latent MoE (Nemotron 3 Super/Ultra; Megatron-Core ``moe_latent_size``): the routed
+    #: experts read and write this width, a duplicated ``h -> L`` projection before the
+    #: dispatch and ``L -> h`` after the combine (``strategies.model.latent``); None: ``h``
+    moe_latent_size: int | None = None
+    #: a hybrid model's multi-token-prediction block, one character per layer (Megatron-Core's
+    #: ``hybrid_layer_pattern`` part after ``/``, HF ``mtp_hybrid_override_pattern``: ``*E``
+    #: in Nemotron 3); None: DeepSeek-V3's module of one transformer layer
+    mtp_hybrid_pattern: str | None = None
+    #: depths each multi-token-prediction module runs per step (Megatron-Core
+    #: ``mtp_use_repeated_layer``: one physical block run at each of ``mtp_num_layers``
+    #: depths); its FLOPs, time and activations count each depth, its parameters once
+    mtp_repeats: int = 1
 
     def __post_init__(self) -> None:
         check_spec(self)
@@ -145,6 +158,12 @@ class ModelSpec(LayerKinds, ParamCounts, HybridShapes):
     @property
     def expert_ffn(self) -> int:
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def expert_hidden(self) -> int:
+        """Width a routed expert reads and writes and a dispatch moves: ``moe_latent_size``
+        (latent MoE), else ``hidden_size``."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def shared_ffn(self) -> int:

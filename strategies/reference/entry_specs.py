@@ -30,7 +30,8 @@ def entry_model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
         if mo.get("seq_len"):
             model = replace(model, seq_length=int(mo["seq_len"]))
         notes.append(f"model from the entry's config.json ({mo['hf_config'].get('model_type')})")
-        return model
+        return _mtp_depths(model, (c.get("plan") or {}).get("mtp_num_layers"), notes)
+
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
     fam = model_family(name)
@@ -52,6 +53,24 @@ def entry_model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
                      ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
                      num_query_groups=kv, num_experts=experts, moe_ffn_hidden_size=moe_ffn,
                      moe_router_topk=min(topk, experts), **fam)
+
+
+def _mtp_depths(model: ModelSpec, depths, notes: list[str]) -> ModelSpec:
+    """A hybrid model whose config holds one physical MTP block (``num_nextn_predict_layers``
+    1, ``mtp_hybrid_pattern``) run at the plan's ``mtp_num_layers`` depths: Megatron-Core's
+    ``mtp_use_repeated_layer`` (the Nemotron 3 recipes set it beside ``mtp_num_layers``),
+    ``mtp_repeats`` = depths. Unchanged where the plan states none or as many as the config's
+    modules; a count it cannot read so is refused by name."""
+    if depths is None or not model.mtp_hybrid_pattern or depths == model.num_nextn_predict_layers:
+        return model
+    if model.num_nextn_predict_layers != 1 or not isinstance(depths, int) or depths < 1:
+        raise SpecError("plan.mtp_num_layers", depths, "must equal the config's "
+                        f"num_nextn_predict_layers={model.num_nextn_predict_layers} or run its "
+                        "one MTP block repeated (num_nextn_predict_layers=1)")
+    notes.append(f"mtp_num_layers={depths}: the config's one MTP block "
+                 f"{model.mtp_hybrid_pattern!r} run at {depths} depths (Megatron-Core "
+                 "mtp_use_repeated_layer; parameters once)")
+    return replace(model, mtp_repeats=depths)
 
 
 def entry_cluster(c: dict) -> tuple[Cluster, list[str]]:

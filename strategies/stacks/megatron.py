@@ -87,8 +87,15 @@ MEGATRON_CORE = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R);
     # routed experts over the expert-data-parallel group's R-th, the instances all-reduce
-    # (core/parallel_state.py _INTRA/_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, d98e8a6)
-    hybrid_zero=(1,), hybrid_ep=True,
+    # (core/parallel_state.py _INTRA/_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, d98e8a6).
+    # ZeRO-3: Megatron-FSDP's HSDP (use_megatron_fsdp, data_parallel_sharding_strategy
+    # optim_grads_params sharded within one of num_distributed_optimizer_instances groups;
+    # distributed/distributed_data_parallel_config.py outer_dp_sharding_strategy L165-209,
+    # fsdp/mcore_fsdp_adapter.py L420, L670, d98e8a6), as Megatron-Bridge runs Nemotron 3
+    # Ultra (perf_recipes/nemotronh/common.py L150-175 at 4ab94dfad; docs/calibration.md
+    # §5.150: its outer "optim" sharding of the optimizer states across the instances is
+    # priced as the replicas' all-reduce and its memory as the shard group's)
+    hybrid_zero=(1, 3), hybrid_ep=True,
     # --cp-comm-type p2p (default) | all_gather (transformer_config.py cp_comm_type, d98e8a6;
     # a2a and a2a+p2p not modelled): docs/calibration.md §5.134
     cp_comms=("p2p", "all_gather"),

@@ -5,6 +5,7 @@ than one kind (``mixes_kinds``), one layer of each kind (``kind_arrays``) and ea
 multi-token-prediction module (``mtp_arrays``), gathered by ``kinds_by_name``."""
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -96,11 +97,18 @@ def kinds_by_name(si: StageInputs, head: tuple) -> dict[str, KindCostArrays]:
     if len(kinds) > 1:
         by_kind = {k: kind_arrays(m.of_kind(k), si) for k in kinds}
     if m.num_nextn_predict_layers:
-        k = "moe" if m.is_moe else "dense"
-        layer = by_kind.get(k) or kind_arrays(m.of_kind(k), si)
+        block = [by_kind.get(k) or kind_arrays(m.of_kind(k), si) for k in m.mtp_block_kinds()]
+        layer = block[0] if len(block) == 1 else _summed(block)
         by_kind["mtp"] = mtp_arrays(m, layer, P.mbs, P.tp, P.cp, P.ep, P.tp_comm_overlap, si.gpu,
                                     si.dtype, si.slow, si.sy, head, si.full, P.etp)
     return by_kind
+
+
+def _summed(layers: list[KindCostArrays]) -> KindCostArrays:
+    """The layers of a multi-token-prediction block (a hybrid model's ``mtp_hybrid_pattern``)
+    as one ``KindCostArrays``: every field summed."""
+    names = [f.name for f in fields(KindCostArrays)]
+    return KindCostArrays(**{n: sum(getattr(x, n) for x in layers) for n in names})
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -117,19 +125,28 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
     """One multi-token-prediction module (DeepSeek-V3 §2.2; Megatron's ``m`` slot): the
     ``2h -> h`` projection of the normed hidden state and the next token's embedding (a
     column-parallel GEMM over ``tp``; its backward, data and weight gradient, twice its
-    forward), one transformer ``layer`` and a pass through the shared LM head and the loss
-    (``head``: the LM head's forward, backward and weight-gradient seconds). Parameters:
+    forward), its block's ``layer`` (one transformer layer, or a hybrid block's layers
+    summed) and a pass through the shared LM head and the loss (``head``: the LM head's
+    forward, backward and weight-gradient seconds); all of it ``mtp_repeats`` times (one
+    physical block run at each depth). Parameters, once:
     ``param_counts.mtp_params_split``."""
     h = m.hidden_size
     T = token_counts.tokens_per_gpu(b, m.seq_length, cp)
     proj = slow * gemm_time.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = head
     d_mtp, e_mtp = param_counts.mtp_params_split(m, tp, ep, etp)
+    r = m.mtp_repeats
+    if r == 1:
+        def rep(x):
+            return x
+    else:
+        def rep(x):
+            return r * x
     return KindCostArrays(
-        layer_fwd=full(layer.layer_fwd + proj + head_f),
-        layer_bwd=full(layer.layer_bwd + 2 * proj + head_b),
-        layer_wgrad=full(layer.layer_wgrad + proj + head_w),
-        layer_recompute=layer.layer_recompute, attn_fwd=layer.attn_fwd,
-        attn_bwd=layer.attn_bwd, ep_bytes=layer.ep_bytes,
+        layer_fwd=full(rep(layer.layer_fwd + proj + head_f)),
+        layer_bwd=full(rep(layer.layer_bwd + 2 * proj + head_b)),
+        layer_wgrad=full(rep(layer.layer_wgrad + proj + head_w)),
+        layer_recompute=rep(layer.layer_recompute), attn_fwd=rep(layer.attn_fwd),
+        attn_bwd=rep(layer.attn_bwd), ep_bytes=rep(layer.ep_bytes),
         layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp),
-        layer_recompute_each=layer.layer_recompute_each)
+        layer_recompute_each=rep(layer.layer_recompute_each))

@@ -53,6 +53,8 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
     # on both end ranks under DualPipe)
     emb_k = (sc.embedding_params, 0.0, np.where(mirrored, sc.embedding_params, 0.0))
     window_k = [n_k[k] * (sc.layer_bwd + sc.layer_recompute) for k in K]   # its last backward
+    if np.any(st.mtp_bwd):          # pp = 1: the MTP modules' backward runs in it, first
+        window_k[0] = window_k[0] + st.mtp_bwd
     window = window_k[0]
     # the first bucket is launched only once it is full (Megatron's greedy buckets in backward
     # order, ``grad_buckets.chunk_buckets``): the LM head where the rank holds it (one chunk a

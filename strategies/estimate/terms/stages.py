@@ -42,6 +42,9 @@ class StageTimes:
     head_first: Any
     mirrored: Any
     single: Any
+    #: the multi-token-prediction modules' backward and recomputation seconds in the rank's
+    #: last backward where pp = 1 (``mtp_seconds``; 0 elsewhere)
+    mtp_bwd: Any = 0.0
 
     @property
     def t(self) -> tuple:
@@ -64,11 +67,31 @@ class Span:
     bubble: Any
 
 
+def mtp_seconds(sc: StageCostArrays, comm: LayerComm, modules: int,
+                layers: int) -> tuple[Any, Any]:
+    """(All, backward) seconds per micro-batch of the multi-token-prediction modules on the
+    rank that holds them (the LM head's): ``modules`` times one module's forward, backward
+    and recomputation (``by_kind["mtp"]``, its depths included), its ``layers``
+    (``ModelSpec.mtp_stash_layers``) times a layer's exposed TP and CP communication and its
+    all-to-all bytes' share of the mean layer's exposed one; the backward: its backward and
+    recomputation, which the gradient buckets' window holds. (0, 0) without them. The plan
+    columns price it where the rank holds the whole model (pp = 1); a pipeline's MTP rank is
+    priced by its chunks (``estimate.kinds``)."""
+    k = sc.by_kind.get("mtp") if modules else None
+    if k is None:
+        return 0.0, 0.0
+    ep = np.where(sc.ep_bytes > 0, comm.ep * k.ep_bytes / np.maximum(sc.ep_bytes, 1e-30), 0.0)
+    bwd = modules * (k.layer_bwd + k.layer_recompute)
+    return modules * (k.layer_fwd + layers * (comm.tp + comm.cp)) + ep * modules + bwd, bwd
+
+
 def stage_times(sc: StageCostArrays, P: PlanArrays, n_k: tuple, comm: LayerComm,
-                cl: Cluster, lps: Any) -> StageTimes:
+                cl: Cluster, lps: Any, mtp: tuple = (0.0, 0.0)) -> StageTimes:
     """Each kind of rank's seconds per micro-batch of plans ``P`` (``StageTimes``): ``n_k``
     its layers (``plan_arrays.rank_layers``), ``comm`` a layer's exposed communication,
-    ``lps`` the mean layers per rank (a straggler's stage at pp = 1)."""
+    ``lps`` the mean layers per rank (a straggler's stage at pp = 1), ``mtp`` the
+    multi-token-prediction modules' (all, backward) seconds (``mtp_seconds``), added with the
+    LM head where pp = 1."""
     tp, pp, dp, cp, v, sched = P.tp, P.pp, P.dp, P.cp, P.vpp, P.schedule
     n_first, n_mid, n_last = n_k
     tp_layer, cp_layer, ep_layer = comm.tp, comm.cp, comm.ep
@@ -87,7 +110,7 @@ def stage_times(sc: StageCostArrays, P: PlanArrays, n_k: tuple, comm: LayerComm,
     t_first = np.where(mirrored, t_mid + (emb + head_f + head_b) / 2, t_first)
     t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
-    t_max = np.where(single, t_first + head_f + head_b,
+    t_max = np.where(single, t_first + head_f + head_b + mtp[0],
                      slowest_rank(t_first, t_mid, t_last, pp))
     t_min = np.where(single, t_max, np.where(pp > 2, np.minimum(t_mid, np.minimum(
         t_first, t_last)), np.minimum(t_first, t_last)))
@@ -105,7 +128,8 @@ def stage_times(sc: StageCostArrays, P: PlanArrays, n_k: tuple, comm: LayerComm,
     return StageTimes(n_k=n_k, comp_layer=comp_layer, per_layer=per_layer, head_f=head_f,
                       head_b=head_b, first=t_first, mid=t_mid, last=t_last, t_max=t_max,
                       t_min=t_min, t_sum=t_sum, head_first=head_first, mirrored=mirrored,
-                      single=single)
+                      single=single,
+                      mtp_bwd=np.where(single, mtp[1], 0.0) if np.any(mtp[1]) else 0.0)
 
 
 def span_of(sc: StageCostArrays, P: PlanArrays, st: StageTimes, comm: LayerComm, mb: Any,
