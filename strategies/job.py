@@ -16,6 +16,7 @@ from strategies.stacks.variants import with_cp_comm, with_fp8_attention
 from strategies.layout import build_layout
 from strategies.layout.record import PipelineLayout
 from strategies.model import ModelSpec
+from strategies.model.dsv4 import refuse_cost
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
 from strategies.flushes import flush_rules
@@ -137,6 +138,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
                                                               plan.tp_comm_overlap))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    refuse_cost(model)          # a model whose cost is not modelled (DeepSeek-V4)
     if framework is not None:  # a precision the stack lacks, before any work
         check_precision(fw, dtype)
     if not sy.grad_buffer_bytes and stack_grad_bytes(fw):   # the stack's gradient bytes

@@ -96,6 +96,21 @@ _ALL = [
          kv_channels=64, bias=True, router_bias=True, attention_sinks=True,
          sliding_window=128, global_attention_every=2, activation_clamp=7.0,
          rope_attention_factor=yarn_attention_factor(32.0)),
+    # DeepSeek-V4-Flash (its config.json, tests/data/hf/deepseek_v4_flash.json; 284B total,
+    # 13B activated on its model card): 43 layers, 2 sliding-window, then compressed sparse
+    # (ratio 4) and heavily compressed (128) attention alternating, the last ratio 4; 64 heads
+    # of 512 over one key/value head, 128-token window, query rank 1024, 8 output groups of
+    # rank 1024, indexer 64 heads of 128 (top 512); 4 hyper-connection streams; 256 routed
+    # experts (top 6) and 1 shared, the first 3 layers hash-routed, SwiGLU clamped at 10; one
+    # prediction module; 4,096 tokens as Megatron-Bridge trains it (deepseek_v4_bridge.py
+    # ``provider.seq_length``). Its cost is not modelled (strategies.model.dsv4).
+    _moe("deepseek-v4-flash", 43, 4096, 64, 1, 2048, 129280, 4096, 256, 6, 2048,
+         kv_channels=512, q_lora_rank=1024, o_lora_rank=1024, o_groups=8,
+         compress_ratios=(0, 0) + (4, 128) * 20 + (4,), sliding_window=128,
+         index_n_heads=64, index_head_dim=128, index_topk=512, hc_streams=4,
+         num_hash_layers=3, num_shared_experts=1, num_nextn_predict_layers=1,
+         router_bias=True, attention_sinks=True, activation_clamp=10.0,
+         max_position_embeddings=1048576),
 ]
 _ALL += [  # hybrid Mamba-2 models (strategies.model.hybrid)
     # NVIDIA Nemotron-H (arXiv 2504.03624; Megatron-Bridge recipes/nemotronh/h100/nemotronh.py):

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.deepseek import read_deepseek
+from strategies.hf_config.deepseek_v4 import read_deepseek_v4
 from strategies.hf_config.gpt import gpt2_model, gpt_neox_model
 from strategies.hf_config.gpt_oss import read_gpt_oss
 from strategies.hf_config.llama4 import read_llama4
@@ -25,7 +26,7 @@ from topologies.yaml_io import load_mapping_file
 
 HF_TYPES = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "gpt_neox", "qwen2_moe", "qwen3",
             "qwen3_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss",
-            "nemotron_h")
+            "nemotron_h", "deepseek_v4")
 
 #: model_type -> the whole ModelSpec (the GPT types: no shared fields, no renamed keys).
 _MODELS: dict[str, Callable[[Mapping[str, Any], str], ModelSpec]] = {
@@ -36,7 +37,7 @@ _READERS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {
                     read_llama_like),
     "deepseek_v2": read_deepseek, "deepseek_v3": read_deepseek,
     "llama4": read_llama4, "llama4_text": read_llama4,
-    "gpt_oss": read_gpt_oss, "nemotron_h": read_nemotron_h,
+    "gpt_oss": read_gpt_oss, "nemotron_h": read_nemotron_h, "deepseek_v4": read_deepseek_v4,
 }
 
 

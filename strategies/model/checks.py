@@ -75,6 +75,8 @@ def check_spec(spec: "ModelSpec") -> None:
     if spec.window_kind not in WINDOW_KINDS:
         raise SpecError("window_kind", spec.window_kind, f"must be one of {', '.join(WINDOW_KINDS)}")
     _check_variants(spec)
+    from strategies.model.dsv4 import check_dsv4
+    check_dsv4(spec)
     if spec.is_hybrid:
         from strategies.model.hybrid import check_hybrid
         check_hybrid(spec)
@@ -115,7 +117,9 @@ def _check_attention(spec: "ModelSpec") -> None:
                                 "(multi-head latent attention has no GQA, head size or biases "
                                 "of its own)")
     else:
-        for f in ("q_lora_rank", *_MLA_DIMS):
+        # DeepSeek-V4 (compress_ratios) keeps MLA's low-rank query without its latent KV
+        lora_q = () if spec.compress_ratios is not None else ("q_lora_rank",)
+        for f in (*lora_q, *_MLA_DIMS):
             if getattr(spec, f) is not None:
                 raise SpecError(f, getattr(spec, f), "needs kv_lora_rank (multi-head latent "
                                 "attention)")

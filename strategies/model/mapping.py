@@ -24,6 +24,8 @@ def model_from_mapping(d: dict[str, Any], name: str = "custom") -> ModelSpec:
     if "ffn_hidden_size" not in args:
         h = args["hidden_size"]
         args["ffn_hidden_size"] = 4 * h if isinstance(h, int) and not isinstance(h, bool) else h
+    if isinstance(args.get("compress_ratios"), list):    # a YAML/JSON list: the tuple field
+        args["compress_ratios"] = tuple(args["compress_ratios"])
     try:
         m = ModelSpec(**args)
     except TypeError as e:

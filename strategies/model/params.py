@@ -18,6 +18,11 @@ class ParamCounts:
         being how tensor parallelism cuts it: ``"col"`` (out split), ``"row"`` (in split) or
         ``"rep"`` (replicated: MLA's down projections, as Megatron-Core runs them)."""
         h, a = self.hidden_size, self.num_attention_heads
+        if self.is_dsv4:        # strategies.model.dsv4: low-rank q, one K=V head, grouped out
+            d, q = self.head_dim, self.q_lora_rank
+            return (("q_down", h, q, "rep"), ("q_up", q, a * d, "col"), ("kv", h, d, "rep"),
+                    ("o_down", a * d, self.o_lora_rank, "col"),
+                    ("proj", self.o_groups * self.o_lora_rank, h, "row"))
         if not self.is_mla:
             g, d = self.kv_heads, self.head_dim
             return (("qkv", h, (a + 2 * g) * d, "col"), ("proj", a * d, h, "row"))
@@ -39,6 +44,8 @@ class ParamCounts:
             n += (a + 2 * g) * d
         if self.is_mla:
             n += (self.q_lora_rank or 0) + self.kv_lora_rank
+        if self.is_dsv4:        # the RMSNorms of the query latent and of the key/value head
+            n += self.q_lora_rank + d
         if self.qk_norm:
             n += 2 * d
         if self.attention_sinks:
@@ -47,18 +54,25 @@ class ParamCounts:
 
     def tp_replicated_params(self) -> int:
         """Parameters of the mean layer every tensor-parallel rank holds whole: MLA's down
-        projections and the norms of their latents, and a latent MoE's duplicated projections
-        (``latent_proj_params`` times the MoE layers' share); 0 without either."""
+        projections and the norms of their latents, a latent MoE's duplicated projections
+        (``latent_proj_params`` times the MoE layers' share), and DeepSeek-V4's query down
+        projection, key/value head and their norms (its compressors and indexers, also
+        replicated, are not in this count: ``sparse_attention_params``); 0 without any."""
         latent = (self.layer_shares().get("moe", 0.0) * self.latent_proj_params()
                   if self.moe_latent_size else 0)
-        if not self.is_mla:
+        if not (self.is_mla or self.is_dsv4):
             return latent
         rep = sum(i * o for _, i, o, s in self.attention_linears() if s == "rep")
+        if self.is_dsv4:
+            return rep + self.q_lora_rank + self.head_dim + latent
         return rep + (self.q_lora_rank or 0) + self.kv_lora_rank + latent
 
     def kv_cache_width(self) -> int:
         """Elements per token per layer a decoder caches: ``2·g·d`` (K and V), or for MLA the
-        compressed latent and the shared rope key, ``kv_lora_rank + qk_rope_head_dim``."""
+        compressed latent and the shared rope key, ``kv_lora_rank + qk_rope_head_dim``;
+        DeepSeek-V4's one key/value head (its compressed entries not counted)."""
+        if self.is_dsv4:
+            return self.head_dim
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.kv_heads * self.head_dim
@@ -122,21 +136,37 @@ class ParamCounts:
         return (2 if self.norm == "layernorm" else 1) * self.hidden_size
 
     def layer_params(self, kind: str | None = None) -> float:
-        """Parameters of one layer of ``kind`` (two norms, attention, MLP); ``None``: the mean
-        layer, ``(sum over layers)/num_layers`` (the exact layer when all are alike)."""
+        """Parameters of one layer of ``kind`` (two norms, attention, MLP, DeepSeek-V4's
+        hyper-connections); ``None``: the mean layer, ``(sum over layers)/num_layers`` (the
+        exact layer when all are alike). DeepSeek-V4's compressors and indexers differ layer
+        by layer: a kind's layer holds their mean over the model's layers
+        (``sparse_attention_params``), and so does ``None``."""
         if kind is None:
             total = self.layers_params()
             return total // self.num_layers if total % self.num_layers == 0 else \
                 total / self.num_layers
+        base = self._uniform_layer_params(kind)
+        extra = self.sparse_attention_params() - self.hash_router_bias()
+        if not extra:
+            return base
+        extra_per_layer = extra // self.num_layers if extra % self.num_layers == 0 else \
+            extra / self.num_layers
+        return base + extra_per_layer
+
+    def _uniform_layer_params(self, kind: str) -> int:
+        """``layer_params(kind)`` less what differs layer by layer (DeepSeek-V4's compressors,
+        indexers and the hash layers' missing expert biases)."""
         if self.is_hybrid:      # one pre-norm and one block (strategies.model.hybrid)
             block = {"mamba": self.mamba_params, "attention": self.attention_params}
             return self.norm_params() + (block[kind]() if kind in block
                                          else self.mlp_params(kind))
-        return 2 * self.norm_params() + self.attention_params() + self.mlp_params(kind)
+        return (2 * self.norm_params() + self.attention_params() + self.mlp_params(kind)
+                + self.hc_layer_params())
 
     def layers_params(self) -> int:
         """Parameters of all ``num_layers`` transformer layers."""
-        return sum(n * self.layer_params(k) for k, n in self.layer_counts().items() if n)
+        return (sum(n * self._uniform_layer_params(k) for k, n in self.layer_counts().items()
+                    if n) + self.sparse_attention_params() - self.hash_router_bias())
 
     def expert_params_per_layer(self) -> float:
         """Routed-expert parameters of the mean layer (``routed_expert_params`` times the share
@@ -158,7 +188,7 @@ class ParamCounts:
         """Total parameters of the main model (all experts, final norm; the multi-token-
         prediction modules are not counted: ``mtp_params``)."""
         return (self.layers_params() + self.embedding_params() + self.lm_head_params()
-                + self.norm_params())
+                + self.norm_params() + self.hc_head_params())
 
     def active_layer_params(self, kind: str) -> int:
         """Parameters one token touches in a layer of ``kind`` (its top-k experts only)."""
@@ -171,9 +201,11 @@ class ParamCounts:
         """Parameters a token touches: top-k experts only, the embedding table counted unless
         ``embedding`` is False (Mistral and Qwen count it in their "active" figures; DeepSeek
         and OpenAI leave the lookup table out). Multi-token prediction not counted."""
-        layers = sum(n * self.active_layer_params(k) for k, n in self.layer_counts().items() if n)
+        idle = self.num_moe_layers * (self.num_experts - self.moe_router_topk) * \
+            self.expert_params() if self.is_moe else 0
         emb = self.embedding_params() if embedding else 0
-        return layers + emb + self.lm_head_params() + self.norm_params()
+        return (self.layers_params() - idle + emb + self.lm_head_params() + self.norm_params()
+                + self.hc_head_params())
 
     def mtp_params(self) -> int:
         """Parameters of the multi-token-prediction modules (DeepSeek-V3 §2.2): each holds two
@@ -181,12 +213,20 @@ class ParamCounts:
         transformer layer, MoE when the model is; a hybrid model's ``mtp_hybrid_pattern``)
         and its output norm; the embedding and output head are shared with the main model.
         A module run at several depths (``mtp_repeats``) is counted once."""
-        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 \
-            + sum(self.layer_params(k) for k in self.mtp_block_kinds())
+        per = self._mtp_extra() + sum(self._uniform_layer_params(k)
+                                      for k in self.mtp_block_kinds())
         return self.num_nextn_predict_layers * per
+
+    def _mtp_extra(self) -> int:
+        """One prediction module's own parameters: its three norms and the ``2h x h``
+        projection (DeepSeek-V4's ``e_proj`` and ``h_proj``, ``h x h`` each: the same count)
+        and DeepSeek-V4's stream contraction before its head. Its layer is a sliding-window
+        one (DeepSeek-V4's trailing ``compress_ratios`` value 0)."""
+        return 3 * self.norm_params() + 2 * self.hidden_size ** 2 + self.hc_head_params()
 
     def mtp_active_params(self) -> int:
         """Parameters one token touches in the multi-token-prediction modules."""
-        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 \
-            + sum(self.active_layer_params(k) for k in self.mtp_block_kinds())
+        idle = (self.num_experts - self.moe_router_topk) * self.expert_params()
+        per = self._mtp_extra() + sum(self._uniform_layer_params(k) - (idle if k == "moe" else 0)
+                                      for k in self.mtp_block_kinds())
         return self.num_nextn_predict_layers * per

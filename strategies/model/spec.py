@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from strategies.model.checks import check_positive, check_spec
+from strategies.model.dsv4 import SparseAttentionShapes
 from strategies.model.hybrid import HybridShapes
 from strategies.model.latent import LatentMtp
 from strategies.model.layers import LayerKinds
@@ -32,7 +33,7 @@ def yarn_attention_factor(factor: float, mscale: float | None = None,
 
 
 @dataclass(frozen=True)
-class ModelSpec(LayerKinds, ParamCounts, HybridShapes, LatentMtp):
+class ModelSpec(LayerKinds, ParamCounts, HybridShapes, LatentMtp, SparseAttentionShapes):
     """A decoder-only transformer. ``seq_length`` is the default training length (tokens).
 
     ``ffn_hidden_size`` is the MLP width of the dense layers, ``moe_ffn_hidden_size`` that of
@@ -122,6 +123,20 @@ class ModelSpec(LayerKinds, ParamCounts, HybridShapes, LatentMtp):
     #: ``mtp_use_repeated_layer``: one physical block run at each of ``mtp_num_layers``
     #: depths); its FLOPs, time and activations count each depth, its parameters once
     mtp_repeats: int = 1
+    #: DeepSeek-V4 (``strategies.model.dsv4``): one ``compress_ratios`` value per layer (0
+    #: sliding window only, 4 compressed sparse, 128 heavily compressed attention); None:
+    #: none. Set, the attention is DeepSeek-V4's: ``q_lora_rank``, one key/value head of
+    #: ``kv_channels``, the window in every layer, the grouped low-rank output projection.
+    compress_ratios: tuple[int, ...] | None = None
+    o_lora_rank: int | None = None            # rank of each output group (``wo_a``)
+    o_groups: int | None = None               # output projection groups
+    index_n_heads: int | None = None          # the indexer of ratio-4 layers: its heads,
+    index_head_dim: int | None = None         # ... their size
+    index_topk: int | None = None             # ... and the compressed entries it selects
+    #: residual streams of hyper-connections (HF ``hc_mult``); 1: a plain residual
+    hc_streams: int = 1
+    #: first MoE layers routed by a token-id table (HF ``num_hash_layers``)
+    num_hash_layers: int = 0
 
     def __post_init__(self) -> None:
         check_spec(self)

@@ -33,6 +33,7 @@ from strategies.cost.system import SystemConfig
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.model import ModelSpec
+from strategies.model.dsv4 import refuse_cost
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
 from strategies.search.fitting import fewest_flushes, least_group, least_recompute
@@ -92,6 +93,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     ``framework``: a named software stack; only what it can run, with its default switches.
     ``dtype`` and ``system`` set the memory model (gradient bytes, policy constants)."""
     opts = opts or SpaceOptions()
+    refuse_cost(model)          # a model whose cost is not modelled (DeepSeek-V4)
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
