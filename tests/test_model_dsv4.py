@@ -5,6 +5,7 @@ force, and the cost refused by name where it is asked."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,13 +27,7 @@ def cfg() -> dict:
 
 
 def _count(shapes) -> int:
-    n = 0
-    for s in shapes:
-        p = 1
-        for x in s:
-            p *= x
-        n += p
-    return n
+    return sum(math.prod(s) for s in shapes)
 
 
 def _checkpoint_shapes(c: dict) -> tuple[list, list]:

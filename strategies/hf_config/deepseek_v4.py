@@ -36,21 +36,21 @@ _READ = READ_COMMON | {
     "topk_method", "rope_scaling", "rope_theta", "compress_rope_theta", "expert_dtype",
     "quantization_config", "first_k_dense_replace", "moe_layer_freq"}
 
+#: Keys whose other values are not modelled: (key, the value modelled, why).
+_FIXED = (("attention_bias", False, "biases on its attention are not modelled"),
+          ("num_key_value_heads", 1, "one key/value head"),
+          ("first_k_dense_replace", 0, "every layer MoE"),
+          ("moe_layer_freq", 1, "every layer MoE"))
+
 
 def read_deepseek_v4(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     """deepseek_v4 (module docstring): the ``ModelSpec`` arguments."""
     args = common_fields(cfg)
     layers, heads = args["num_layers"], args["num_attention_heads"]
-    if get_bool(cfg, "attention_bias"):
-        raise SpecError("attention_bias", True, "biases on DeepSeek-V4 attention are not "
-                        "modelled")
-    if get_int(cfg, "num_key_value_heads", 1) != 1:
-        raise SpecError("num_key_value_heads", cfg["num_key_value_heads"], "must be 1 for "
-                        "model_type=deepseek_v4 (one key/value head)")
-    for key, neutral in (("first_k_dense_replace", 0), ("moe_layer_freq", 1)):
-        if get_int(cfg, key, neutral, lo=0) != neutral:
-            raise SpecError(key, cfg[key], f"must be {neutral} for model_type=deepseek_v4 "
-                            "(every layer MoE)")
+    for key, want, why in _FIXED:
+        got = get_bool(cfg, key) if isinstance(want, bool) else get_int(cfg, key, want, lo=0)
+        if got != want:
+            raise SpecError(key, cfg[key], f"must be {want} for model_type=deepseek_v4 ({why})")
     head = get_int(cfg, "head_dim")
     rope = get_int(cfg, "qk_rope_head_dim", 0, lo=0)
     if rope >= head:
