@@ -5,7 +5,8 @@ The array-first cost model (``strategies.cost.stage``, ``strategies.estimate``,
 scores one plan or a hundred thousand. ``strategies.search.space`` keeps short column names
 internally (``search.plan_rows.COLUMNS``) and converts with ``PlanArrays.from_columns``.
 
->>> from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
+>>> from strategies.plan import Plan
+>>> from strategies.plan.choices import DEFAULT_MOE_IMBALANCE
 >>> pa = PlanArrays.from_plans([Plan(tp=2, pp=2, dp=2, gbs=8), Plan(tp=4, dp=2, gbs=8)])
 >>> len(pa), pa.tp.tolist(), pa.schedule.tolist(), pa.overlap_grad_reduce.tolist()
 (2, [2.0, 4.0], [1, 1], [True, True])
