@@ -28,9 +28,18 @@ def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num =
     or a schedule that pairs, DualPipe's F&B). ``1/OVERLAP_CLOCK_RATIO`` then, else 1
     (gradient reduction overlapped with the last of several micro-batches only is too short
     to move the clock)."""
-    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
-        | np.asarray(dp_whole_step, dtype=bool) | np.asarray(ep_paired, dtype=bool)
+    busy = np.logical_and(tpo, tp > 1) | nccl_busy(cp, zero, dp_whole_step) \
+        | np.asarray(ep_paired, dtype=bool)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+
+
+def nccl_busy(cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:
+    """True where a NCCL collective runs beside the compute for most of the step
+    (``overlap_slowdown``'s cases apart from TP overlap and the expert dispatch): ring
+    attention (``cp > 1``), ZeRO-2/3 (``zero >= 2``), a one-micro-batch step's overlapped
+    data-parallel reduction (``dp_whole_step``)."""
+    return (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
+        | np.asarray(dp_whole_step, dtype=bool)
 
 
 def dp_overlaps_whole_step(dp: Num, mb: Num, ogr: Num) -> Num:

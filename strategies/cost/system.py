@@ -26,7 +26,8 @@ import numpy as np
 from strategies.errors import SpecError
 from topologies.gpus import GIB
 
-_FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies")
+_FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies",
+              "comm_sm_share")
 
 #: Megatron-Core DDP's default gradient bucket, parameters: ``bucket_size = max(40000000,
 #: 1000000 * dp)`` when ``DistributedDataParallelConfig.bucket_size`` is None
@@ -110,6 +111,10 @@ class SystemConfig:
     #: Megatron-DeepSpeed's weight-decay parameters in two optimizer groups
     #: (``FrameworkProfile.zero_buffers`` ``"deepspeed-halved"``; docs/calibration.md §5.129)
     deepspeed_zero: float = 0.0
+    #: Share of the overlapped compute during which the overlapped collectives' CTAs hold
+    #: their SMs, which the compute then runs without (``cost.sm_share``): 0 (default) the
+    #: rule off; 1 the whole overlapped compute. docs/calibration.md §5.152
+    comm_sm_share: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

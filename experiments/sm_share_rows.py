@@ -1,0 +1,88 @@
+"""Every reference file's analytic error with the communication SM share off (the default)
+and on (``SystemConfig.comm_sm_share`` = 1 on every row, ``strategies.cost.sm_share``;
+docs/calibration.md §5.152): per file the MAPE off → on, per stack the mean signed error,
+and per file and stack how many rows move toward and away from their measurement. In
+process, analytic only (about 30 s).
+
+    python experiments/sm_share_rows.py [--share 1.0] [--tiers 1] [--rows]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any, Iterator
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from simulator.cli.validate import parse_tiers  # noqa: E402
+from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
+from strategies.cost.stage import inputs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOVED = 0.05   # percentage points a row's |error| must change by to count as moved
+
+
+@contextlib.contextmanager
+def share_on(share: float) -> Iterator[None]:
+    """Every stage-cost computation in this process with ``comm_sm_share = share``."""
+    orig = inputs.comm_sm_factor
+
+    def forced(m, gpu, fw, sy, P, nccl_busy, paired):
+        return orig(m, gpu, fw, replace(sy, comm_sm_share=share), P, nccl_busy, paired)
+    inputs.comm_sm_factor = forced
+    try:
+        yield
+    finally:
+        inputs.comm_sm_factor = orig
+
+
+def file_rows(path: str, tiers: Any = None) -> list[dict[str, Any]]:
+    """The validated (not skipped) rows of one reference file in ``tiers`` (None: every
+    tier), analytic only."""
+    return [r for r in validate_cases(load_cases(path, tiers=tiers), simulate=False)
+            if r["analytic_error_pct"] is not None]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--share", type=float, default=1.0, help="comm_sm_share when on (default 1)")
+    ap.add_argument("--tiers", default="all", help="comma-separated tiers, or 'all' (default)")
+    ap.add_argument("--rows", action="store_true", help="list every row that moves")
+    a = ap.parse_args(argv)
+    tiers = parse_tiers(a.tiers)
+    toward = away = total = 0
+    for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
+        if "schedule_studies" in f:
+            continue
+        off = file_rows(f, tiers)
+        with share_on(a.share):
+            on = {r["id"]: r for r in file_rows(f, tiers)}
+        if not off:
+            continue
+        name = os.path.basename(f)
+        e_off = [r["analytic_error_pct"] for r in off]
+        e_on = [on[r["id"]]["analytic_error_pct"] for r in off]
+        print(f"{name:28} runs {len(off):4d}  MAPE {mape(e_off):6.2f} -> {mape(e_on):6.2f} %")
+        stacks: dict[str, list] = defaultdict(list)
+        for r, e in zip(off, e_on):
+            stacks[r["framework"]].append((r["analytic_error_pct"], e, r["id"]))
+        for stack, v in sorted(stacks.items()):
+            t = sum(abs(y) < abs(x) - MOVED for x, y, _ in v)
+            w = sum(abs(y) > abs(x) + MOVED for x, y, _ in v)
+            toward, away, total = toward + t, away + w, total + len(v)
+            print(f"    {stack:22} runs {len(v):4d}  mean {sum(x for x, _, _ in v) / len(v):+6.1f}"
+                  f" -> {sum(y for _, y, _ in v) / len(v):+6.1f} %  toward {t:3d}  away {w:3d}")
+            if a.rows:
+                for x, y, i in v:
+                    if abs(y - x) > MOVED:
+                        print(f"        {i:58} {x:+6.1f} -> {y:+6.1f} %")
+    print(f"all files: {total} runs, {toward} toward their measurement, {away} away")
+
+
+if __name__ == "__main__":
+    main()

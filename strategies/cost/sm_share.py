@@ -1,0 +1,139 @@
+"""SMs the overlapped communication kernels hold while the compute runs beside them
+(docs/calibration.md §5.152). Vectorised.
+
+A collective that runs on SMs launches its own thread blocks, which stay resident on their
+SMs for the whole call: NCCL one CTA per channel, DeepEP/HybridEP their stated SM count,
+Transformer Engine's userbuffers the ``num_sm`` of each overlapped GEMM (whose GEMM it
+launches on the rest: ``set_sm_margin``). A GEMM whose CTAs need a whole SM's shared memory
+(Hopper's warp-specialised kernels, ~227 KiB) cannot share an SM with such a CTA, and a
+NCCL CTA shares its SM with no compute kernel on any chip (NCCL's maintainer, NVIDIA/nccl
+issue #689: it takes the SM's registers), so while the collective runs the compute has
+``sm_count − k`` SMs. A persistent GEMM kernel (Hopper,
+Blackwell: one CTA per SM looping over tiles, no wave quantisation in ``gemm_kernel``) then
+takes ``sm/(sm − k)`` times as long; the same figure is the many-wave limit of the wave
+count on ``sm − k`` slots of a one-CTA-per-tile kernel. A copy-engine transfer
+(``cudaMemcpyAsync``: PyTorch's async TP over symmetric memory, Transformer Engine's
+``ring_exchange`` with ``use_ce``) holds no SM.
+
+``comm_sm_slowdown`` is the factor on compute-bound kernel time this gives each plan; the
+stage inputs multiply it into ``overlap_clock.overlap_slowdown`` (``StageInputs.slow``),
+which the estimate, the lower bound and the simulator all read. It is scaled by
+``SystemConfig.comm_sm_share``, the share of the overlapped compute during which the
+collectives' CTAs hold their SMs: 0 by default (the rule is a tested switch, off: §5.152
+gives the figures that keep it off)."""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.token_counts import Num
+from strategies.errors import SpecError
+
+
+#: SMs one NCCL collective holds (one CTA per channel), by GPU generation
+#: (``gemm_kernel.GEMM_GENERATION``): NCCL's own default channel count for its NVLink
+#: SHARP algorithm, the count its source says reaches peak bandwidth (NVIDIA/nccl master
+#: 5067397c, ``src/transport/nvls.cc`` 155-157: ``NVLS_NCHANNELS_SM90 16``,
+#: ``NVLS_NCHANNELS_SM100 32`` across nodes, ``_SM100_NVL 24`` within; ``src/enqueue.cc``
+#: 2084: "NVLS should not need more than 16 channels to get peak BW"). Ring and tree may
+#: use up to ``MAXCHANNELS/2`` = 32 (``src/init.cc`` 1177) and fewer for small messages
+#: (``src/enqueue.cc`` 2091-2095), so this is NCCL's figure for a large bucket on one chip.
+NCCL_SMS = {"sm_90": 16, "sm_100": 32}
+#: SMs of a NCCL collective on a generation without a read figure (Volta, Ampere, AMD):
+#: the Hopper figure
+NCCL_SMS_DEFAULT = 16
+#: SMs a DeepEP dispatch or combine holds: ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP
+#: dd758ca ``deep_ep/buffers/legacy.py`` 31; Megatron-Core ``transformer_config.py``
+#: ``moe_deepep_num_sms``: "historical default 20")
+DEEPEP_SMS = 20
+#: SMs a HybridEP dispatch or combine holds: 32, what Megatron-Bridge's performance recipes
+#: set whenever the flex dispatcher runs HybridEP (NVIDIA-NeMo/Megatron-Bridge 067f987
+#: ``src/megatron/bridge/perf_recipes/_common.py`` 88-89, ``scripts/performance/utils/
+#: overrides.py`` 87-89, whose comment says the figure is for a HybridEP *not* overlapped
+#: with compute; the skill ``nemo-mbridge-perf-moe-dispatcher-selection`` names 16 as
+#: the default)
+HYBRIDEP_SMS = 32
+#: SMs Transformer Engine's userbuffers take from each GEMM overlapped by its ``pipeline``
+#: or ``bulk`` method (TransformerEngine d0067d0 ``pytorch/module/base.py`` 384-386:
+#: ``num_sm`` 16 with ``set_sm_margin``; ``ring_exchange`` copies on the copy engine,
+#: ``use_ce``, and sets no margin). The default methods (base.py 350-359): ``pipeline`` for
+#: the row-parallel forward GEMMs (proj_fprop, fc2_fprop), ``bulk`` for the column-parallel
+#: data and weight gradients (qkv/fc1 dgrad, wgrad), ``ring_exchange`` for the rest.
+TE_UB_SMS = 16
+#: the SM share of a collective on a copy engine (async TP's ``cudaMemcpyAsync``)
+COPY_ENGINE_SMS = 0
+#: ``plan.DISPATCHERS`` codes: alltoall (NCCL), deepep, hybridep
+DISPATCHER_SMS = (None, DEEPEP_SMS, HYBRIDEP_SMS)
+
+
+def sm_factor(sm_count: int, k: Num, share: Num = 1.0) -> Num:
+    """Factor (>= 1) on a compute-bound kernel's time when ``k`` of the chip's ``sm_count``
+    SMs are held by a communication kernel for ``share`` of its time: ``1 + share ·
+    (sm/(sm − k) − 1)`` (a persistent kernel's tiles over ``sm − k`` SMs). A clear error
+    where ``k`` leaves no SM."""
+    k = np.asarray(k, dtype=float)
+    if not sm_count or sm_count < 1:
+        raise SpecError("sm_count", sm_count, "must be a positive SM count")
+    if np.any(k >= sm_count) or np.any(k < 0):
+        raise SpecError("comm SMs", float(np.max(k)),
+                        f"must be in [0, sm_count={sm_count}) to leave the GEMM an SM")
+    return 1.0 + np.asarray(share, dtype=float) * (sm_count / (sm_count - k) - 1.0)
+
+
+def wave_occupancy_on(tiles: Num, sm_count: int, k: Num) -> Num:
+    """Busy share of the ``sm_count − k`` SMs left to a one-CTA-per-tile GEMM of ``tiles``
+    output tiles: ``tiles / (ceil(tiles/(sm − k)) · (sm − k))`` (the guide's wave count,
+    ``gemm_kernel._occupancy``, on the SMs the collective leaves). Its time over the time on
+    all SMs is ``ceil(tiles/(sm − k)) / ceil(tiles/sm)``, which ``sm_factor`` takes in the
+    many-wave limit."""
+    free = sm_count - np.asarray(k, dtype=float)
+    t = np.asarray(tiles, dtype=float)
+    return t / (np.ceil(t / free) * free)
+
+
+def nccl_sms(generation: str | None) -> int:
+    """SMs one NCCL collective holds on a chip of ``generation`` (``NCCL_SMS``)."""
+    return NCCL_SMS.get(generation, NCCL_SMS_DEFAULT) if generation else NCCL_SMS_DEFAULT
+
+
+def ub_share(gemms: list[tuple]) -> float:
+    """Share of a layer's forward-and-backward GEMM FLOPs that Transformer Engine's
+    userbuffers launch on ``sm_count − TE_UB_SMS`` SMs: the row-parallel forward GEMMs
+    (proj_fprop, fc2_fprop: the ``pipeline`` method with ``set_sm_margin``), of ``gemms``
+    (``gemm_shapes.layer_gemm_parts``' ``(part, (count, M, N, K, row))``; the TP-split parts
+    ``attn``, ``dense_mlp``, ``shared_mlp``) over every GEMM's three passes (forward, data
+    and weight gradient). The ``bulk`` overlaps of the backward set no margin in NeMo's
+    configurations (``BulkOverlapCfg(..., set_sm_margin=False)``) and are not charged. 0
+    without GEMMs."""
+    row = total = 0.0
+    for part, (c, M, N, K, r) in gemms:
+        f = float(np.mean(2.0 * c * np.asarray(M, dtype=float) * N * K))
+        total += 3.0 * f
+        if part in ("attn", "dense_mlp", "shared_mlp") and r:
+            row += f
+    return row / total if total > 0 else 0.0
+
+
+def comm_sm_slowdown(sm_count: int, generation: str | None, share: float, tp: Num, tpo: Num,
+                     tp_impl: str, ub: float, nccl_busy: Num, ep_paired: Num,
+                     dispatcher: Num) -> Num:
+    """Factor (>= 1) on each plan's compute-bound kernel time for the SMs its overlapped
+    collectives hold (module doc), the largest of: TP overlap (``tpo``, ``tp > 1``) under
+    Transformer Engine's userbuffers (``tp_impl == "userbuffers"``) on ``ub`` of the FLOPs
+    (``ub_share``), none under async TP (``tp_impl == "async-tp"``, the copy engine); a
+    NCCL collective beside the compute for most of the step (``nccl_busy``: ring attention,
+    ZeRO-2/3, a one-micro-batch step's gradient reduction, the clock rule's cases); the
+    expert dispatch of overlapped pairs (``ep_paired``) with its ``dispatcher``'s SMs
+    (``DISPATCHER_SMS``; NCCL's for alltoall). ``share``: ``SystemConfig.comm_sm_share``;
+    0 gives 1 everywhere."""
+    if share == 0 or not sm_count:
+        return np.asarray(1.0)
+    n = nccl_sms(generation)
+    ub_on = np.logical_and(tpo, np.asarray(tp) > 1) & (tp_impl == "userbuffers")
+    k_tp = TE_UB_SMS if tp_impl == "userbuffers" else COPY_ENGINE_SMS
+    f = np.where(ub_on, sm_factor(sm_count, k_tp, share * ub), 1.0)
+    f = np.maximum(f, np.where(np.asarray(nccl_busy, dtype=bool), sm_factor(sm_count, n, share),
+                               1.0))
+    code = np.asarray(dispatcher, dtype=int)
+    k_ep = np.choose(code, [n if k is None else k for k in DISPATCHER_SMS])
+    return np.maximum(f, np.where(np.asarray(ep_paired, dtype=bool),
+                                  sm_factor(sm_count, k_ep, share), 1.0))
