@@ -100,8 +100,8 @@ def quantised_layers(m: ModelSpec, scope: QuantScope, kind: str) -> float:
     if lo < 0 or hi < lo:
         raise SpecError("quant_scope", scope.name,
                         f"keeps {scope.start_bf16} + {scope.end_bf16} BF16 layers of {L}")
-    if m.is_hybrid:
-        kinds = [PATTERN_KINDS[c] for c in m.hybrid_pattern]
+    if m.is_hybrid:     # a kind's view counts its model's layers (``source_pattern``)
+        kinds = [PATTERN_KINDS[c] for c in m.source_pattern]
     else:
         kinds = [kind] * L
     n = sum(1 for k in kinds if k == kind)
