@@ -25,6 +25,8 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     PyTorch ops instead, ``eager_elementwise_bytes_fwd``; ``kernels="compiled"``: the same
     model under torch.compile, ``compiled_elementwise_bytes_fwd``.
     """
+    if kernels == "eager" and m.is_hybrid:
+        return eager_hybrid_bytes_fwd(m, b, tp, cp, sp)
     if kernels == "eager":
         return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
     if kernels == "compiled":
@@ -79,6 +81,27 @@ def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num)
     repeat = 2 * 2 * (g + a) * m.head_dim * T / tp if (g < a and not m.is_mla) else 0.0
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
     return per_h / _seq_shard(tp, sp) + rope + repeat + act
+
+
+def eager_hybrid_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one hybrid layer's memory-bound forward kernels, per GPU, as NeMo
+    AutoModel's eager ``NemotronV3Block`` runs them (NVIDIA-NeMo/Automodel cb9765441,
+    ``components/models/nemotron_v3/layers.py`` l.586-733; the eager stack's only hybrid
+    model, docs/calibration.md §5.155): one pre-norm per layer, Transformer Engine's fused
+    RMSNorm (``backend.rms_norm: te`` in the three benchmark configs; read and write ``h``,
+    ``norm_bytes_per_token``), not torchtitan's eager one; one eager residual add
+    (``EAGER_ADD_BYTES``); the MLP and expert activation as ``eager_elementwise_bytes_fwd``'s
+    (``relu2_deepep``, one compiled kernel: read and write, ``EAGER_ACT_BYTES``); the Mamba-2
+    mixers' conv and gated norm inside ``mamba_split_conv1d_scan_combined``, batch-first, so
+    without Megatron's layout copies (``mixer_elementwise_bytes_fwd(layout_copies=False)``);
+    no rotary embedding (Nemotron-H has none) and no ``repeat_kv`` (the attention passes its
+    ``g`` key-value heads to the kernel)."""
+    from strategies.cost.mamba_mixer import mixer_elementwise_bytes_fwd
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    per_h = (norm_bytes_per_token(m) + EAGER_ADD_BYTES * m.hidden_size) * T
+    act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
+    return per_h / _seq_shard(tp, sp) + act + \
+        m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp, layout_copies=False)
 
 
 #: HBM bytes per hidden element of one torch.compile'd torchtitan block's norm and residual

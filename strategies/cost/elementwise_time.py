@@ -79,9 +79,11 @@ def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: 
     activation casts in passes of their own where the stack runs Transformer Engine's
     ``GroupedLinear``, ``fw.grouped_mlp_casts``, and the dense MLP's where its activation is
     the stack's own code, ``fw.mlp_act_casts``; torchao's float8 TP transposing its gathered
-    fp8 tensors in the backward, ``fw.torchao_float8_tp``); 0 in 16 bits."""
+    fp8 tensors in the backward, ``fw.torchao_float8_tp``; the GEMMs a recipe keeps in BF16,
+    ``system.quant_scope``, cast nothing); 0 in 16 bits."""
     f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts,
-                                      fw.torchao_float8_tp, fw.mlp_act_casts)
+                                      fw.torchao_float8_tp, fw.mlp_act_casts,
+                                      system.quant_scope)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 

@@ -16,6 +16,7 @@ from strategies.cost.gemm_kernel import (GEMM_GENERATION, gemm_ratio, gemm_unit,
                                          gemm_waves, grouped_occupancy, k_knee)
 from strategies.cost.grad_time import GRAD_BYTES_16
 from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.quant_scope import scope_formats
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
@@ -66,18 +67,21 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     shapes of the GEMMs tensor parallelism leaves whole (``whole_split``)."""
     parts = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     return gemms_time_fwd([g for _, g in parts], tp, gpu, dtype, tpo, system,
-                          fixed_shares(parts, m, ep, fw))
+                          fixed_shares(parts, m, ep, fw),
+                          scope_formats(parts, m, system.quant_scope, dtype))
 
 
 def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                    system: SystemConfig = DEFAULT_SYSTEM,
-                   shares: list[Num] | None = None) -> Num:
+                   shares: list[Num] | None = None,
+                   formats: list[dict[str, float]] | None = None) -> Num:
     """Forward seconds of ``gemms``, ``(count, M, N, K, row_parallel, ...)`` as
     ``gemm_shapes.layer_gemms`` lists them (``row_parallel`` None: the bf16 router), each priced
-    by ``gemm_units`` (``shares``: its fixed-time shares, ``fixed_shares``; None: 1 each)."""
+    by ``gemm_units`` (``shares``: its fixed-time shares, ``fixed_shares``; None: 1 each;
+    ``formats``: ``gemm_units``')."""
     return units_time_fwd([g[0] for g in gemms],
                           gemm_units(gemms, tp, gpu, dtype, tpo, system=system, backward=False,
-                                     shares=shares))
+                                     shares=shares, formats=formats))
 
 
 def expert_fixed_share(m: ModelSpec, ep: Num, fw: FrameworkProfile = DEFAULT) -> Num:
@@ -133,7 +137,30 @@ def grouped_share_occupancy(share: Num | GroupedShare, rows: Num, cols: Num, gpu
 
 def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, system: SystemConfig = DEFAULT_SYSTEM,
-               backward: bool = True, shares: list[Num] | None = None) -> list[tuple]:
+               backward: bool = True, shares: list[Num] | None = None,
+               formats: list[dict[str, float]] | None = None) -> list[tuple]:
+    """``units_in`` of ``gemms`` in ``dtype``; with ``formats`` (per GEMM, the share of its
+    layers run in each format: ``quant_scope.scope_formats``) each GEMM's seconds are the
+    shares' sum of its price in each format (the pieces do not depend on the format)."""
+    if formats is None:
+        return units_in(gemms, tp, gpu, dtype, tpo, fw, system, backward, shares)
+    priced = {d: units_in(gemms, tp, gpu, d, tpo, fw, system, backward, shares)
+              for d in sorted({d for f in formats for d in f})}
+    out = []
+    for i, f in enumerate(formats):
+        pieces, _, d_pieces, *_ = priced[next(iter(f))][i]
+        f_s = sum(s * priced[d][i][1] for d, s in f.items())
+        if not backward:
+            out.append((pieces, f_s, d_pieces, None, None))
+            continue
+        out.append((pieces, f_s, d_pieces, sum(s * priced[d][i][3] for d, s in f.items()),
+                    sum(s * priced[d][i][4] for d, s in f.items())))
+    return out
+
+
+def units_in(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
+             fw: FrameworkProfile = DEFAULT, system: SystemConfig = DEFAULT_SYSTEM,
+             backward: bool = True, shares: list[Num] | None = None) -> list[tuple]:
     """The price of one GEMM of each shape of ``gemms`` (``gemm_shapes.layer_gemms``' tuples), apart
     from its ``count``: ``(pieces, fwd, dgrad_pieces, dgrad, wgrad)``: the forward runs as
     ``pieces`` GEMMs of ``fwd`` seconds (``tp`` pieces of ``M/tp`` rows under TP overlap; the
@@ -221,18 +248,21 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     (the ``W`` pass of a schedule that splits the backward). ``sp``: ``whole_split``."""
     parts = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     return gemms_time_bwd_split([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
-                                fixed_shares(parts, m, ep, fw))
+                                fixed_shares(parts, m, ep, fw),
+                                scope_formats(parts, m, system.quant_scope, dtype))
 
 
 def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                          fw: FrameworkProfile = DEFAULT,
                          system: SystemConfig = DEFAULT_SYSTEM,
-                         shares: list[Num] | None = None) -> tuple[Num, Num]:
+                         shares: list[Num] | None = None,
+                         formats: list[dict[str, float]] | None = None) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of ``gemms`` (``gemm_shapes.layer_gemms``' tuples),
     each priced as ``gemm_time_bwd_split`` describes (``gemm_units``; ``shares``: its
     fixed-time shares, ``fixed_shares``; None: 1 each)."""
     return units_time_bwd([g[0] for g in gemms], gemm_units(gemms, tp, gpu, dtype, tpo, fw,
-                                                            system, shares=shares))
+                                                            system, shares=shares,
+                                                            formats=formats))
 
 
 def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

@@ -17,6 +17,7 @@ from strategies.cost import recompute as rcp
 from strategies.cost.attention_time import attention_time_fwd
 from strategies.cost.elementwise_time import (cast_time, eager_variant_time, launch_time,
                                               tp_layout_copy_time)
+from strategies.cost.quant_scope import scope_formats
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd, units_time_bwd,
                                        units_time_fwd, whole_split)
 from strategies.cost.grad_time import (bf16_optimizer_launch_time, gather_copy_out_time,
@@ -232,7 +233,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # parallelism leaves whole (``whole_split``), each shape priced once for every sum below
     parts = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
-                       shares=fixed_shares(parts, m, ep, fw))
+                       shares=fixed_shares(parts, m, ep, fw),
+                       formats=scope_formats(parts, m, system.quant_scope, dtype))
     counts = [g[0] for _, g in parts]
     g_f = slow * units_time_fwd(counts, units)
     g_b, g_w = units_time_bwd(counts, units)
@@ -295,7 +297,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rerun = [(p, g) for p, g in op_parts if not g[-1]]
     kernels = max(fw.kernels_per_layer - (len(op_parts) - len(rerun)) - 1, 0)
     op = (slow * gemms_time_fwd([g for _, g in rerun], tp, gpu, dtype, tpo, system,
-                                fixed_shares(rerun, m, ep, fw)) + e + y_op
+                                fixed_shares(rerun, m, ep, fw),
+                                scope_formats(rerun, m, system.quant_scope, dtype)) + e + y_op
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
     full = fwd - gco - stop - (y_f - y_full)
@@ -344,7 +347,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
         gemms = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load,
                                              whole_split(tp, sp, fw))
         units = gemm_units([x for _, x in gemms], tp, gpu, dtype, tpo, system=system,
-                           backward=False, shares=fixed_shares(gemms, m, ep, fw))
+                           backward=False, shares=fixed_shares(gemms, m, ep, fw),
+                           formats=scope_formats(gemms, m, system.quant_scope, dtype))
     else:
         gemms, units = priced
 

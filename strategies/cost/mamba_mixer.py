@@ -180,7 +180,8 @@ def ssd_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False
                        m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk_size, backward)
 
 
-def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
+def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1,
+                                layout_copies: bool = True) -> Num:
     """HBM bytes of the mixer's kernels around the scan in the forward, one GPU: the causal
     conv1d reads ``x, B, C`` (``conv_dim/tp`` 16-bit per token) and writes its SiLU output;
     the gated RMSNorm reads the scan's output and writes its own (``d_inner/tp`` each; the
@@ -190,10 +191,13 @@ def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> N
     .contiguous()``, Megatron-Core core_v0.12.0 mamba_mixer.py l.313 and l.423, d98e8a64
     l.691 and l.727; with one sequence both are views): ``in_proj_width/tp + d_inner/tp``
     read and written. The backward prices twice these bytes (``layer_time``): its gradients
-    come back through the same permutes and are copied by their consumers."""
+    come back through the same permutes and are copied by their consumers.
+    ``layout_copies`` False: a batch-first model (NeMo AutoModel's ``NemotronV3Mamba2Mixer``,
+    whose ``in_proj`` output is already ``[b, s, h]``) makes no such copies."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     conv, di = m.mamba_conv_dim / tp, m.mamba_d_inner / tp
-    copies = np.where(np.asarray(b) > 1, 2 * (m.mamba_in_proj_width / tp + di), 0.0)
+    copies = np.where(np.asarray(b) > 1, 2 * (m.mamba_in_proj_width / tp + di), 0.0) \
+        * float(layout_copies)
     return T * _B16 * (2 * conv + 2 * di + copies)
 
 

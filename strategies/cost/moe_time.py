@@ -10,6 +10,7 @@ from strategies.cost import gemm_shapes, moe_bytes, token_counts
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost.gemm_time import fixed_shares, gemm_units, units_time_bwd, units_time_fwd
+from strategies.cost.quant_scope import scope_formats
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
@@ -149,8 +150,10 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
     counts = [own[i][1][0] for i in routed(own)]
     if priced is None:
         sh = fixed_shares(own, m, ep, fw)
+        fm = scope_formats(own, m, system.quant_scope, dtype)
         units = gemm_units([own[i][1] for i in routed(own)], tp, gpu, dtype, tpo, fw, system,
-                           shares=[sh[i] for i in routed(own)])
+                           shares=[sh[i] for i in routed(own)],
+                           formats=None if fm is None else [fm[i] for i in routed(own)])
     else:
         units = [priced[1][i] for i in routed(priced[0])]
     g_f = slow * units_time_fwd(counts, units) + (permute[0] + bias[0]) / share

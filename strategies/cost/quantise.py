@@ -85,7 +85,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import rowwise_casts
+from strategies.cost import quant_scope, rowwise_casts
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -93,8 +93,8 @@ from topologies.precision import get_precision
 
 
 def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
-                        routed_unfused: Num = False, mlp_unfused: Num = False
-                        ) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
+                        routed_unfused: Num = False, mlp_unfused: Num = False,
+                        scope: float = 0.0) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
@@ -102,7 +102,10 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     experts' activation output (fc2's input) and activation gradient (fc1's ``dY``) are cast
     by kernels of their own (module doc, ``GroupedLinear``), not by the activation;
     ``mlp_unfused`` the same for the dense MLP and the shared experts (module doc,
-    Megatron-Core's ``MLP`` with ``te.Linear`` fc2)."""
+    Megatron-Core's ``MLP`` with ``te.Linear`` fc2). ``scope``: ``SystemConfig.quant_scope``;
+    each GEMM's casts times its quantised share (``quant_scope.quantised_share``: none in a
+    BF16 layer or for a BF16 module; an ``alt`` format's casts counted here with the run's)."""
+    sc = quant_scope.scope_of(scope)
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     shard = np.where(sp, tp, 1.0)
@@ -110,10 +113,13 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     # a hybrid model's mean layer: the attention at its share and the Mamba-2 mixers' in_proj
     # (after the fused pre-norm, as QKV) and out_proj (its input from the gated RMSNorm's
     # Triton kernel, cast by a pass of its own, as the attention's output) at theirs
-    mixers = ((m.mamba_share, m.mamba_linears()),) if m.is_hybrid and m.mamba_share else ()
-    for w, linears in ((m.attention_share if m.is_hybrid else 1.0, m.attention_linears()),
-                       *mixers):
-        for _, k_in, n_out, split in linears:
+    mixers = ((m.mamba_share, m.mamba_linears(), "mamba"),) \
+        if m.is_hybrid and m.mamba_share else ()
+    for w0, linears, part in ((m.attention_share if m.is_hybrid else 1.0,
+                               m.attention_linears(), "attn"), *mixers):
+        for name, k_in, n_out, split in linears:
+            w = w0 * quant_scope.quantised_share(
+                m, sc, "mla_up" if name in ("q_up", "kv_up") else part, split == "row")
             if split == "row":                   # output projection: input from attention
                 f_un = f_un + w * T * k_in / tp
                 b_un = b_un + w * T * n_out / shard
@@ -125,7 +131,8 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
             [(float(m.moe_router_topk), m.expert_ffn, True)] + \
             ([(1.0, m.num_shared_experts * m.shared_ffn, False)] if m.num_shared_experts else [])
         for copies, F, routed in widths:
-            t = w * copies * T
+            mlp = "dense_mlp" if kind == "dense" else "routed_mlp" if routed else "shared_mlp"
+            t = w * copies * T * quant_scope.quantised_share(m, sc, mlp, False)
             if routed:                           # after the permutation (expert_hidden wide)
                 f_un = f_un + t * m.expert_hidden
             else:                                # after the MLP's norm
@@ -143,17 +150,18 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
 def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
                      dtype: str, routed_unfused: Num = False,
                      gathered_transposes: bool = False,
-                     mlp_unfused: Num = False) -> tuple[Num, Num]:
+                     mlp_unfused: Num = False, scope: float = 0.0) -> tuple[Num, Num]:
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
     (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` and
     ``mlp_unfused`` as there; ``gathered_transposes``: torchao's float8 TP,
     ``gathered_transpose_bytes`` added to the backward); 0 in 16 bits. torchao's rowwise
     recipe casts each GEMM's operands itself, the weights included, every micro-batch
-    (``rowwise_casts.layer_cast_bytes``)."""
+    (``rowwise_casts.layer_cast_bytes``). ``scope``: ``layer_cast_elements``'."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
     if p.row_scaled:
         return rowwise_casts.layer_cast_bytes(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
-    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
+    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused, mlp_unfused,
+                                             scope)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
     bwd = bf * fused + bu * unfused
     if gathered_transposes:

@@ -75,6 +75,12 @@ class SystemConfig:
     #: 0 (default): 16-bit weights with TE's cached quantised copies beside them.
     #: docs/calibration.md §5.151.
     quantised_weights: float = 0.0
+    #: Which GEMMs the low-precision recipe narrows to BF16 or another format, where the
+    #: stack states it (``strategies.cost.quant_scope.QUANT_SCOPES``: 1 = Megatron-Bridge's
+    #: Nemotron 3 Super NVFP4 recipe, its last 14 layers and attention linears in BF16, the
+    #: Mamba out_proj in MXFP8); 0 (default): every GEMM in the run's format.
+    #: docs/calibration.md §5.155.
+    quant_scope: float = 0.0
     #: Optimizer state bytes per parameter: fp32 master weight + Adam m and v (4 + 4 + 4;
     #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
     optimizer_state_bytes: float = 12.0
@@ -135,6 +141,9 @@ class SystemConfig:
             raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0, 1 or 2")
         if self.quantised_weights not in (0, 1):
             raise SpecError("quantised_weights", self.quantised_weights, "must be 0 or 1")
+        if self.quant_scope not in (0, 1):
+            raise SpecError("quant_scope", self.quant_scope,
+                            "must be 0 or a code of quant_scope.QUANT_SCOPES (1)")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

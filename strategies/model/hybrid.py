@@ -43,6 +43,12 @@ class HybridShapes:
     def is_hybrid(self) -> bool:
         return self.hybrid_pattern is not None
 
+    @property
+    def source_pattern(self) -> str | None:
+        """The pattern of the model a kind's view (``of_kind``) was made from, which counts
+        layers by number (``quant_scope.quantised_layers``); ``hybrid_pattern`` otherwise."""
+        return self.__dict__.get("_source_pattern") or self.hybrid_pattern
+
     def hybrid_counts(self) -> dict[str, int]:
         """Layers of each hybrid kind (``mamba``, ``attention``, ``dense``, ``moe``)."""
         p = self.hybrid_pattern or ""

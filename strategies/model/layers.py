@@ -55,6 +55,8 @@ class LayerKinds:
         view = copy.copy(self)
         if self.is_hybrid:
             object.__setattr__(view, "hybrid_pattern", KIND_CHARS[kind] * self.num_layers)
+            # the model's own pattern, for what is counted by layer number (quant_scope)
+            object.__setattr__(view, "_source_pattern", self.source_pattern)
             return view
         object.__setattr__(view, "moe_layer_freq", 1)
         object.__setattr__(view, "first_k_dense_replace",

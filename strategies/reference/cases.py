@@ -22,7 +22,8 @@ from strategies.model.dsv4 import refuse_cost
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.perf_harness import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE, NEMO_PERF_SOURCE,
                                                grad_reduce_in_fp32, harness_fp8_is_current,
-                                               nemo_perf_row, quantised_param_gather)
+                                               nemo_perf_row, quantised_param_gather,
+                                               stated_quant_scope)
 from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
 from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
                                               with_source_fork, with_stated_cp, with_stated_env,
@@ -191,6 +192,11 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
                          quantised_weights=1.0)
         notes.append(f"quantised weights, stored and all-gathered after the optimizer at "
                      f"{q_ag[0]:g} byte each ({q_ag[1]})")
+    scope = stated_quant_scope(c, dtype)
+    if scope is not None:
+        system = replace(system or SystemConfig(), quant_scope=float(scope[0]))
+        notes.append(f"the recipe's last 14 layers and attention linears in BF16, the Mamba "
+                     f"out_proj in MXFP8 ({scope[1]})")
     try:
         job = make_job(model, cluster, plan, dtype=dtype, framework=fw, system=system)
     except SpecError as e:

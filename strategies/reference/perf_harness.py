@@ -229,3 +229,26 @@ def llama_switches(entry: dict) -> dict[str, bool]:
             (entry.get("hardware") or {}).get("gpu") == "GB200":
         out["overlap_param_gather"] = False
     return out
+
+
+#: The containers whose Nemotron 3 Super NVFP4 rows ran ``quant_scope.NEMOTRON3_SUPER_NVFP4``
+#: (Megatron-Bridge v0.4.2 for 26.04(.01), v0.5.0 for 26.06, 4ab94dfad for 26.08: the same
+#: ``nemotron_3_super_bf16_with_nvfp4_mixed`` and ``te_quant.cfg`` in each; the file came with
+#: PR #3095 of 2026-04-07)
+SUPER_NVFP4_CONTAINERS = ("26.04", "26.06", "26.08")
+
+
+def stated_quant_scope(entry: dict, dtype: str) -> tuple[int, str] | None:
+    """``(SystemConfig.quant_scope code, source)`` where ``entry`` is a Nemotron 3 Super NVFP4
+    row of a ``SUPER_NVFP4_CONTAINERS`` table of Megatron-Bridge (its recipe keeps the last 14
+    layers and the attention linears in BF16 and runs the Mamba out_proj in MXFP8:
+    ``strategies.cost.quant_scope``); None otherwise."""
+    from strategies.cost.quant_scope import NEMOTRON3_SUPER_NVFP4, QUANT_SCOPES
+    src = entry.get("source") or {}
+    name = str((entry.get("model") or {}).get("name") or "")
+    if (dtype != "nvfp4" or src.get("ref") != "NVIDIA-NeMo/Megatron-Bridge"
+            or not name.startswith("Nemotron 3 Super")
+            or not any(f"({c}" in str(src.get("table") or "") for c in SUPER_NVFP4_CONTAINERS)):
+        return None
+    code = next(k for k, v in QUANT_SCOPES.items() if v is NEMOTRON3_SUPER_NVFP4)
+    return code, NEMOTRON3_SUPER_NVFP4.source
