@@ -84,9 +84,19 @@ _CTX: tuple | None = None
 
 
 def _init_worker(ctx: tuple) -> None:
+    """A worker's start: the context, the simulator's imports and the cluster's graph, before
+    the first plan. The workers start while the parent scores the space, when a core is idle;
+    ``simulate_figures`` imports ``simulator.simulate`` (the engine, the network, networkx,
+    SimPy: about 0.25 CPU s) only when first called, which put that import on the search's
+    path, once per worker."""
     global _CTX
     _CTX = ctx
-    import simulator.extend  # noqa: F401  (the simulator's imports, before the first plan)
+    import simulator.extend  # noqa: F401
+    from simulator.simulate import graph_of
+    try:
+        graph_of(ctx[1])
+    except Exception:   # noqa: BLE001  (the first simulation meets it again and reports it)
+        pass
 
 
 def _started() -> None:
