@@ -341,11 +341,12 @@ class Backfill:
     search's own results; ``finish`` runs the extras not yet done and waits for them."""
 
     def __init__(self, inner, extra: list[int],
-                 ready: Callable[[int], bool] = lambda i: True) -> None:
+                 ready: Callable[[int], bool] = lambda i: True, running=()) -> None:
         self.inner, self.extra, self.ready = inner, list(extra), ready
         self.capacity = inner.capacity
         self.own: set[int] = set()           # the search's, in flight
-        self.background: set[int] = set()    # extras in flight
+        # extras in flight (``running``: submitted to ``inner`` before this was made)
+        self.background: set[int] = set(running)
 
     @property
     def results(self) -> dict[int, dict]:
