@@ -103,8 +103,8 @@ def _actions(schedule: str, overlapped: bool, stage: int, pp: int, m: int, vpp: 
              group_size: int | None) -> tuple:
     """The registered ``schedule``'s actions (``overlapped_actions`` or ``actions``) of one
     rank, a pure function of its arguments, kept for the process: a search simulates plans
-    that share a pipeline shape (GPT-3 175B's default search: 16 plans, 10 shapes), and the
-    actions are immutable (``Step``, ``Exchange``)."""
+    that share a pipeline shape (twins that differ only in ZeRO or SP), and the actions are
+    immutable (``Step``, ``Exchange``)."""
     sched = get_schedule(schedule)
     f = sched.overlapped_actions if overlapped else sched.actions
     return tuple(f(stage, pp, m, vpp, group_size))
