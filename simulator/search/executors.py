@@ -87,8 +87,9 @@ def _init_worker(ctx: tuple) -> None:
     """A worker's start: the context, the simulator's imports and the cluster's graph, before
     the first plan. The workers start while the parent scores the space, when a core is idle;
     ``simulate_figures`` imports ``simulator.simulate`` (the engine, the network, networkx,
-    SimPy: about 0.25 CPU s) only when first called, which put that import on the search's
-    path, once per worker."""
+    SimPy) only when first called, which put that import on the search's path, once per
+    worker (a worker's start now takes 0.14-0.19 CPU s on the 2-core machine,
+    ``experiments/profile_search_workers.py``)."""
     global _CTX
     _CTX = ctx
     import simulator.extend  # noqa: F401
