@@ -37,6 +37,7 @@ from strategies.cost.recompute import plan_share as rc_share
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.memory.activations import stash_entry_bytes
 from strategies.job import Job
+from topologies.cluster import Cluster
 from topologies.graph import build_graph
 from topologies.limits import MAX_SIM_MICROBATCHES
 from topologies.routing import route
@@ -47,11 +48,18 @@ TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 def cluster_graph(job: Job):
     """``build_graph(job.cluster)``, kept for the next simulation of the same cluster."""
-    key = json.dumps(job.cluster.to_dict(), sort_keys=True)
+    return graph_of(job.cluster)
+
+
+def graph_of(cluster: Cluster):
+    """``build_graph(cluster)``, kept for the next simulation of the same cluster (the last
+    four clusters; a search's workers build theirs before their first plan,
+    ``simulator.search.executors``)."""
+    key = json.dumps(cluster.to_dict(), sort_keys=True)
     if key not in _GRAPHS:
         if len(_GRAPHS) >= 4:
             _GRAPHS.pop(next(iter(_GRAPHS)))
-        _GRAPHS[key] = build_graph(job.cluster)
+        _GRAPHS[key] = build_graph(cluster)
     return _GRAPHS[key]
 
 

@@ -65,6 +65,26 @@ def test_extras_fill_idle_workers_and_change_nothing_the_search_does():
     assert pool.clock < search_end + max(costs[-1], costs[-2])
 
 
+def test_extras_started_before_the_search_change_nothing_it_does():
+    """``run_search`` starts the reference plans on a pool before it scores the space
+    (``Backfill(..., running=...)``): the search evaluates and reports the same, the extras'
+    results are handed to no search ``wait``, and ``finish`` waits for them."""
+    bounds, times, costs = _case()
+    alone = ClockPool(times, costs, 2)
+    ref = bound_ordered_search(bounds, alone, k=3)
+
+    pool = ClockPool(times, costs, 2)
+    for i in (-1, -2):
+        pool.submit(i)
+    ex = Backfill(pool, [], running=[-1, -2])
+    out = bound_ordered_search(bounds, ex, k=3)
+    assert (out.needed, out.ranked, out.kth) == (ref.needed, ref.ranked, ref.kth)
+    assert sorted(out.evaluated) == sorted(ref.evaluated)
+    assert pool.started[-1] == pool.started[-2] == 0.0
+    ex.finish()
+    assert {-1, -2} <= set(pool.results) and not ex.background and not ex.extra
+
+
 def test_an_extra_waits_until_it_is_ready():
     bounds, times, costs = _case()
     pool = ClockPool(times, costs, 2)

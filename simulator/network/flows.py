@@ -34,7 +34,7 @@ import simpy
 from simpy.events import NORMAL
 
 from simulator.network.flow_table import FlowTable
-from simulator.network.maxmin import max_min_rates
+from simulator.network.maxmin import max_min_memo, solved
 from simulator.network.queue_entry import QueueEntry, call_at
 from simulator.network.routes import Node, RouteFn
 
@@ -113,6 +113,9 @@ class FlowNetwork(FlowTable):
         self._by_slot_room = _BY_SLOT_BYTES   # bytes ``_rates_by_slot`` may still take
         self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._x, self._y = np.empty(()), np.empty(())   # ``_settle``'s scalars as 0-d arrays
+        # the process-wide rates of flow sets over ``_solved_for`` (the capacity vector they
+        # were looked up for: a subclass may set its own capacities after this, ``SimNetwork``)
+        self._solved, self._solved_for = {}, None
         self.recomputations = 0
 
     # -- public API ----------------------------------------------------------
@@ -298,7 +301,9 @@ class FlowNetwork(FlowTable):
         hit = self._rates_seen.get(key)     # (route numbers, the rate of a flow on each)
         if hit is None:
             order = rno.argsort(kind="stable")
-            rates = max_min_rates(self._capacity, self._links[idx[order]])
+            if self._solved_for is not self._capacity:
+                self._solved, self._solved_for = solved(self._capacity), self._capacity
+            rates = max_min_memo(self._solved, self._capacity, self._links[idx[order]])
             # flows on one route cross the same links, so progressive filling freezes them in
             # the same round at the same level: one rate per route, the first flow's
             first = np.empty(ranked.size, dtype=bool)

@@ -22,6 +22,7 @@ cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
@@ -87,12 +88,26 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     # the schedule as this job runs it (ZB-1p/ZB-2p order with the job's times: one order
     # for all ranks, from the cost record of the cluster's slowest GPU)
     sched = get_schedule(p.schedule).for_job(job)
-    if job.framework.overlap_p2p_comm and sched.overlaps_p2p and p.pp > 1:
-        # Megatron-Core's overlap_p2p_comm calls (docs/calibration.md §5.68)
-        b.run(sched.overlapped_actions(b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size))
-        return b.finish()
-    b.run(sched.actions(b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size))
+    # Megatron-Core's overlap_p2p_comm calls (docs/calibration.md §5.68)
+    overlapped = bool(job.framework.overlap_p2p_comm and sched.overlaps_p2p and p.pp > 1)
+    args = (b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size)
+    if sched is get_schedule(p.schedule):     # not bound to the job's times: the same order
+        b.run(_actions(p.schedule, overlapped, *args))      # for every job with these args
+    else:
+        b.run(sched.overlapped_actions(*args) if overlapped else sched.actions(*args))
     return b.finish()
+
+
+@lru_cache(maxsize=256)
+def _actions(schedule: str, overlapped: bool, stage: int, pp: int, m: int, vpp: int,
+             group_size: int | None) -> tuple:
+    """The registered ``schedule``'s actions (``overlapped_actions`` or ``actions``) of one
+    rank, a pure function of its arguments, kept for the process: a search simulates plans
+    that share a pipeline shape (twins that differ only in ZeRO or SP), and the actions are
+    immutable (``Step``, ``Exchange``)."""
+    sched = get_schedule(schedule)
+    f = sched.overlapped_actions if overlapped else sched.actions
+    return tuple(f(stage, pp, m, vpp, group_size))
 
 
 def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str = "chunk",

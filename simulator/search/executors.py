@@ -84,9 +84,20 @@ _CTX: tuple | None = None
 
 
 def _init_worker(ctx: tuple) -> None:
+    """A worker's start: the context, the simulator's imports and the cluster's graph, before
+    the first plan. The workers start while the parent scores the space, when a core is idle;
+    ``simulate_figures`` imports ``simulator.simulate`` (the engine, the network, networkx,
+    SimPy) only when first called, which put that import on the search's path, once per
+    worker (a worker's start now takes 0.14-0.19 CPU s on the 2-core machine,
+    ``experiments/profile_search_workers.py``)."""
     global _CTX
     _CTX = ctx
-    import simulator.extend  # noqa: F401  (the simulator's imports, before the first plan)
+    import simulator.extend  # noqa: F401
+    from simulator.simulate import graph_of
+    try:
+        graph_of(ctx[1])
+    except Exception:   # noqa: BLE001  (the first simulation meets it again and reports it)
+        pass
 
 
 def _started() -> None:
@@ -331,11 +342,12 @@ class Backfill:
     search's own results; ``finish`` runs the extras not yet done and waits for them."""
 
     def __init__(self, inner, extra: list[int],
-                 ready: Callable[[int], bool] = lambda i: True) -> None:
+                 ready: Callable[[int], bool] = lambda i: True, running=()) -> None:
         self.inner, self.extra, self.ready = inner, list(extra), ready
         self.capacity = inner.capacity
         self.own: set[int] = set()           # the search's, in flight
-        self.background: set[int] = set()    # extras in flight
+        # extras in flight (``running``: submitted to ``inner`` before this was made)
+        self.background: set[int] = set(running)
 
     @property
     def results(self) -> dict[int, dict]:

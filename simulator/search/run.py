@@ -75,9 +75,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         check_precision(fw, cfg.dtype)
 
     def plan_of(i: int) -> Plan:
-        if i >= base:
-            return variants[i - base][0]
-        return plans[i] if i >= 0 else refs[-i - 1][1]
+        if i < 0:                   # a reference plan (known before the space is scored)
+            return refs[-i - 1][1]
+        return variants[i - base][0] if i >= base else plans[i]
 
     def kind_priced(analytic: dict, only=None) -> dict:
         """Pipelined plans of a model that mixes kinds of layer, or of an uneven layout: the
@@ -87,9 +87,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                               cfg.system, only)
 
     def key_of(i: int) -> str:
-        if i >= base:
-            return plan_key(variants[i - base][0], sw)
-        return keys[i] if i >= 0 else plan_key(refs[-i - 1][1], sw)
+        if i < 0:
+            return plan_key(refs[-i - 1][1], sw)
+        return plan_key(variants[i - base][0], sw) if i >= base else keys[i]
 
     # the workers start (fork, imports; Ray's start-up) while this process scores the space
     inner = make_executor(cfg.backend, cfg.workers,
@@ -97,6 +97,15 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                           plan_of, cfg.ray_address)
     ex: Backfill | None = None
     try:
+        refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
+        refs = [r for r in refs if r is not None]
+        # the reference plans, simulated whatever the search finds (``Backfill.finish``), start
+        # now on a pool's workers, idle while this process scores the space; at the end they
+        # held up the last worker to finish (with a results file: after the scoring, as before)
+        early = Cached(inner, key_of, None) if inner.capacity > 1 and not cfg.results else None
+        started = [-j - 1 for j in range(len(refs))] if early is not None else []
+        for i in started:
+            early.submit(i)
         space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
                                 dtype=cfg.dtype, system=cfg.system)
         if space.size == 0:
@@ -110,8 +119,6 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                                        costs=analytic["stage_costs"])
         plans = Rows(space.size, space.plan)      # built as the search reads them
         keys = Rows(space.size, lambda i: plan_key(plans[i], sw))
-        refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
-        refs = [r for r in refs if r is not None]
         # a mixed cluster: heterogeneity-aware variants, simulated after the exact search
         variants = [] if cl.uniform else _uneven_variants(cfg, space, analytic)
         base = len(plans)
@@ -126,11 +133,12 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         # its limit, which only falls), and a mixed cluster's variants run on idle workers
         ref_bounds = _ref_bounds(cfg, fw, [p for _, p in refs])
         state: list = []
-        ex = Backfill(Cached(inner, key_of, log),
-                      [-j - 1 for j in range(len(refs))] + [base + j for j in
-                                                            range(len(variants))],
+        ex = Backfill(early or Cached(inner, key_of, log),
+                      [-j - 1 for j in range(len(refs)) if -j - 1 not in started]
+                      + [base + j for j in range(len(variants))],
                       lambda i: i >= base or (bool(state) and not cfg.exhaustive
-                                              and ref_bounds[-i - 1] > state[0].limit()))
+                                              and ref_bounds[-i - 1] > state[0].limit()),
+                      running=started)
         order = np.sort(bounds)
         progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
             order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))

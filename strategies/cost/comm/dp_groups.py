@@ -68,8 +68,13 @@ def dp_parts_sum(parts, cost) -> Num:
     ``dp_collective_time`` and the lower bound's floors read. Vectorised."""
     (d, n_d, s_d), (e, n_e, s_e) = parts
     on = expert_copies(parts)
-    return cost(d, n_d, s_d) + np.where(on, cost(e, np.where(on, n_e, 2.0),
-                                                 np.where(on, s_e, 1.0)), 0.0)
+    base = cost(d, n_d, s_d)
+    if not np.any(on):      # no expert part anywhere (a dense model): its zeros, not priced
+        # (the shape ``np.where`` below gives: ``cost``'s of ``e`` is within ``base``'s, as
+        # ``e`` is within ``d``'s; the same sum bit for bit, ``+ 0.0`` included)
+        return base + np.zeros(np.broadcast_shapes(np.shape(on), np.shape(e), np.shape(n_e),
+                                                   np.shape(s_e)))
+    return base + np.where(on, cost(e, np.where(on, n_e, 2.0), np.where(on, s_e, 1.0)), 0.0)
 
 
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
