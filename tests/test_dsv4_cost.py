@@ -70,6 +70,22 @@ def test_extra_gemm_flops_are_the_closed_forms(m):
     assert got == pytest.approx(want + lin - lin0 - router, rel=1e-12)
 
 
+def test_precisions_as_megatron_runs_them():
+    """``wo_a`` (an einsum), ``weights_proj`` (FP8 disabled), the indexer's scores and the
+    mappings at the 16-bit rate (``row_parallel`` None); the other compressor and indexer
+    projections Transformer Engine linears (False); another model's output projection
+    unchanged."""
+    parts = gemm_shapes.layer_gemm_parts(M, 1, 1, 1, 1)
+    names = [n for n, *_ in M.attention_linears()]
+    assert [g[4] for _, g in parts[:len(names)]] == \
+        [False if n != "o_down" else None for n in names[:4]] + [True]
+    assert [g[4] for g in dsv4_cost.dsv4_gemms(M, 1)] == [False, False, False, False, None,
+                                                          None, None]
+    v3 = model_preset("deepseek-v3")
+    assert all(g[4] is not None for p, g in gemm_shapes.layer_gemm_parts(v3, 1, 1, 1, 1)
+               if p in ("attn", "mla_up"))
+
+
 def test_hash_layers_run_no_router_gemm():
     routers = [g for p, g in gemm_shapes.layer_gemm_parts(M, 1, 1, 1, 1)
                if p == "routed_mlp" and g[2] == M.num_experts]
@@ -80,7 +96,7 @@ def test_hash_layers_run_no_router_gemm():
 def test_hyper_connection_bytes_closed_form():
     """``2·(4n - 1)·h`` bf16 elements per token and layer beyond one residual stream: 4
     streams of 4096, ``2·15·4096·2`` B; none with one stream; the layer's elementwise bytes
-    grow by exactly ``T·(hc + sparse)`` bytes, the streams' share split by SP's ``tp``."""
+    grow by exactly ``T·hc`` bytes between 4 streams and 1, split by SP's ``tp``."""
     assert dsv4_cost.hc_bytes_per_token(M) == 2 * 15 * 4096 * 2
     assert dsv4_cost.hc_bytes_per_token(replace(M, hc_streams=1)) == 0.0
     assert dsv4_cost.hc_bytes_per_token(replace(M, hc_streams=2)) == 2 * 7 * 4096 * 2
@@ -93,13 +109,15 @@ def test_hyper_connection_bytes_closed_form():
 
 
 def test_sparse_bytes_closed_form():
-    """The compressors' pooling and the indexer's fp32 scores written and read by the top-k."""
+    """The compressors' pooling, the indexer query's RoPE and rotation and its fp32 scores
+    written and read by the top-k; the query's per-head norm ``2·a·d`` bf16 elements."""
     s, d, di = M.seq_length, M.head_dim, M.index_head_dim
     w4, w128 = 21 / 43, 20 / 43
     visible = (4 * 1024 * 1023 // 2 + 1024) / s
     want = (w4 * (4 * d + 2 * d / 4) * 2 + w128 * (2 * d + d / 128) * 2
-            + w4 * (4 * di + 2 * di / 4) * 2 + w4 * 2 * 4 * visible)
+            + w4 * (4 * di + 2 * di / 4) * 2 + w4 * 4 * 64 * 128 * 2 + w4 * 2 * 4 * visible)
     assert dsv4_cost.sparse_bytes_per_token(M) == pytest.approx(want, rel=1e-12)
+    assert dsv4_cost.query_norm_bytes_per_token(M) == 2 * 64 * 512 * 2
 
 
 def test_saved_activations():

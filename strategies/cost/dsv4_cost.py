@@ -60,14 +60,27 @@ def router_share(m: ModelSpec) -> float:
     return 1.0 - m.num_hash_layers / m.num_moe_layers
 
 
+def bf16_einsum(m: ModelSpec, name: str) -> bool:
+    """Whether ``attention_linears``' ``name`` runs as a 16-bit einsum, not a Transformer
+    Engine linear: DeepSeek-V4's grouped ``wo_a`` (``o_down``; ``torch.einsum`` over the
+    ``linear_o_group_proj`` parameter, ``deepseek_v4_hybrid_attention.py`` l.179-186,
+    l.468), priced as the router (``row_parallel`` None) whatever the run's precision."""
+    return m.is_dsv4 and name == "o_down"
+
+
 def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     """The mean layer's DeepSeek-V4 GEMMs beyond ``attention_linears`` on ``T`` rows, each
-    ``(count, M, N, K, None)`` (whole on every tensor-parallel rank, as the router):
-    compressors ``h -> 2·c·d`` (``wkv`` and ``wgate``), the indexer's ``wq_b``,
-    ``weights_proj``, its compressor ``h -> 2·2·d_I`` and its scores (``H_I`` GEMMs of ``K =
-    d_I`` over the mean visible entries per query), the hyper-connections' two ``n·h ->
-    n²+2n`` mappings; [] without ``compress_ratios``. Forward FLOPs per token equal
-    ``sparse_attention.sparse_flops_fwd_per_token``'s ``compressor`` and ``indexer`` (tests)."""
+    ``(count, M, N, K, row_parallel)``, whole on every tensor-parallel rank: compressors
+    ``h -> 2·c·d`` (``wkv`` and ``wgate``), the indexer's ``wq_b`` and its compressor ``h ->
+    2·2·d_I``, Transformer Engine linears at the run's precision (``backend.linear()``,
+    Megatron-Core ``experimental_attention_variant_module_specs.py`` l.110-175;
+    ``row_parallel`` False); its ``weights_proj`` ``h -> H_I``, run with FP8 disabled
+    (``csa.py`` l.1592), the indexer's scores (``H_I`` GEMMs of ``K = d_I``
+    over the mean visible entries per query, cuDNN's 16-bit kernel) and the
+    hyper-connections' two ``n·h -> n²+2n`` mappings (fp32 in Megatron-Core, priced at the
+    16-bit rate), ``row_parallel`` None as the router; [] without ``compress_ratios``.
+    Forward FLOPs per token equal ``sparse_attention.sparse_flops_fwd_per_token``'s
+    ``compressor`` and ``indexer`` plus the mappings' (tests)."""
     if not m.is_dsv4:
         return []
     from strategies.cost.sparse_attention import indexer_scores
@@ -75,11 +88,11 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     out: list[tuple] = []
     for r, c in ((4, 2), (128, 1)):
         if sh[r]:
-            out.append((sh[r], T, 2 * c * d, h, None))
+            out.append((sh[r], T, 2 * c * d, h, False))
     if sh[4]:
         hi, di = m.index_n_heads, m.index_head_dim
-        out += [(sh[4], T, 2 * 2 * di, h, None), (sh[4], T, hi * di, m.q_lora_rank, None),
-                (sh[4], T, hi, h, None),
+        out += [(sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
+                (sh[4], T, hi, h, None),            # weights_proj: FP8 disabled (l.1592)
                 (sh[4] * hi, T, indexer_scores(m) / m.seq_length, di, None)]
     n = m.hc_streams
     if n > 1:
@@ -100,8 +113,10 @@ def hc_bytes_per_token(m: ModelSpec) -> float:
 def sparse_bytes_per_token(m: ModelSpec) -> float:
     """HBM bytes per token of the mean layer's compressed attention passes, forward: the
     compressors' pooling (reads ``wkv`` and ``wgate``, ``2·c·d``, writes ``c·d/r``; the
-    indexer's own of ``d_I`` too) and the indexer's scores, written in fp32 and read by the
-    top-k (``2·SCORE_BYTES`` per visible entry, ``indexer_scores / s`` per token)."""
+    indexer's own of ``d_I`` too), the indexer's query RoPE and Hadamard rotation (each reads
+    and writes ``H_I·d_I``; ``CSAIndexer.forward_before_topk``, ``csa.py`` l.1576-1588) and
+    its scores, written in fp32 and read by the top-k (``2·SCORE_BYTES`` per visible
+    entry, ``indexer_scores / s`` per token)."""
     if not m.is_dsv4:
         return 0.0
     from strategies.cost.sparse_attention import indexer_scores
@@ -110,19 +125,34 @@ def sparse_bytes_per_token(m: ModelSpec) -> float:
     if sh[4]:
         heads.append((sh[4], 2, 4, m.index_head_dim))
     pool = sum(w * (2 * c * x + c * x / r) * ACT_BYTES for w, c, r, x in heads if w)
-    topk = sh[4] * 2 * SCORE_BYTES * indexer_scores(m) / m.seq_length if sh[4] else 0.0
-    return pool + topk
+    if not sh[4]:
+        return pool
+    query = 2 * 2 * m.index_n_heads * m.index_head_dim * ACT_BYTES
+    topk = 2 * SCORE_BYTES * indexer_scores(m) / m.seq_length
+    return pool + sh[4] * (query + topk)
+
+
+def query_norm_bytes_per_token(m: ModelSpec) -> float:
+    """HBM bytes per token of the query's per-head RMS norm, forward: ``_q_rms_norm`` (a
+    compiled kernel, no weight; ``deepseek_v4_hybrid_attention.py`` l.40-42, l.711) reads
+    and writes the ``a·d`` query, ``2·a·d`` bf16 elements. The output's out-of-place
+    inverse RoPE (``fused_mla_rope_out_of_place``, l.400-413: it reads and writes all ``a·d``)
+    and the in-place RoPE of the query's and key's rope parts are what
+    ``elementwise_bytes.rope_width``'s ``(a + g)·d`` term stands for here."""
+    return 2 * m.num_attention_heads * m.head_dim * ACT_BYTES
 
 
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, shard: Num) -> Num:
     """HBM bytes per GPU of the mean layer's DeepSeek-V4 passes, forward: the hyper-
     connections' (``hc_bytes_per_token``, over ``shard``: sequence parallelism's split of the
-    per-token work, ``elementwise_bytes._seq_shard``) and the compressed attention's
-    (``sparse_bytes_per_token``, whole on every rank); 0 for another model."""
+    per-token work, ``elementwise_bytes._seq_shard``), the query norm's (over ``tp``, its
+    heads split) and the compressed attention's (``sparse_bytes_per_token``, whole on every
+    rank); 0 for another model."""
     if not m.is_dsv4:
         return 0.0
     T = tokens_per_gpu(b, m.seq_length, cp)
-    return T * (hc_bytes_per_token(m) / shard + sparse_bytes_per_token(m))
+    return T * (hc_bytes_per_token(m) / shard + query_norm_bytes_per_token(m) / tp
+                + sparse_bytes_per_token(m))
 
 
 def saved_elements_per_token(m: ModelSpec) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost.dsv4_cost import dsv4_gemms, router_share
+from strategies.cost.dsv4_cost import bf16_einsum, dsv4_gemms, router_share
 from strategies.cost.token_counts import Num, expert_tokens, tokens_per_gpu
 from strategies.model import ModelSpec
 
@@ -76,8 +76,8 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         part = "mla_up" if name in ("q_up", "kv_up") else "attn"
         if split == "row":
             out.append((part, (a, T, n_out, k_in / tp, True)))
-        elif split == "col":
-            out.append((part, (a, T, n_out / tp, k_in, False)))
+        elif split == "col":   # DeepSeek-V4's wo_a: an einsum over 16-bit weights (dsv4_cost)
+            out.append((part, (a, T, n_out / tp, k_in, None if bf16_einsum(m, name) else False)))
         else:
             out.append((part, (a, T_rep, n_out / cols, k_in, False)))
     out += [("attn", g) for g in dsv4_gemms(m, T)]     # DeepSeek-V4's compressors, indexer
