@@ -138,7 +138,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
                                                               plan.tp_comm_overlap))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
-    refuse_cost(model)          # a model whose cost is not modelled (DeepSeek-V4)
+    # what DeepSeek-V4's cost does not model (context parallelism, the unfused path)
+    refuse_cost(model, plan.cp, plan.flash_attn, fw.fp8_attention)
     if framework is not None:  # a precision the stack lacks, before any work
         check_precision(fw, dtype)
     if not sy.grad_buffer_bytes and stack_grad_bytes(fw):   # the stack's gradient bytes
@@ -293,7 +294,7 @@ def check_modules_against_model(model: ModelSpec, modules: Iterable[str]) -> Non
     ``SpecError`` naming the module otherwise (read by ``make_job`` and a search's ``--fix``)."""
     need = {"moe_act": (model.is_moe, "an MoE model"), "moe": (model.is_moe, "an MoE model"),
             "shared_experts": (model.num_shared_experts > 0, "shared experts"),
-            "mla_up_proj": (model.is_mla, "multi-latent attention"),
+            "mla_up_proj": (model.is_mla or model.is_dsv4, "multi-latent attention"),
             "mlp": (model.num_moe_layers < model.num_layers, "dense MLP layers")}
     for mod in modules:
         ok, what = need.get(mod, (True, ""))

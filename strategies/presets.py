@@ -103,7 +103,7 @@ _ALL = [
     # rank 1024, indexer 64 heads of 128 (top 512); 4 hyper-connection streams; 256 routed
     # experts (top 6) and 1 shared, the first 3 layers hash-routed, SwiGLU clamped at 10; one
     # prediction module; 4,096 tokens as Megatron-Bridge trains it (deepseek_v4_bridge.py
-    # ``provider.seq_length``). Its cost is not modelled (strategies.model.dsv4).
+    # ``provider.seq_length``). Its cost: strategies.cost.dsv4_cost.
     _moe("deepseek-v4-flash", 43, 4096, 64, 1, 2048, 129280, 4096, 256, 6, 2048,
          kv_channels=512, q_lora_rank=1024, o_lora_rank=1024, o_groups=8,
          compress_ratios=(0, 0) + (4, 128) * 20 + (4,), sliding_window=128,

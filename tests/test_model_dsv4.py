@@ -1,7 +1,7 @@
 """DeepSeek-V4 (``model_type`` deepseek_v4, ``strategies.model.dsv4``): the parameter counts
 against the model card and an independent count of the checkpoint's tensors, the preset
 against its config.json, the refused configs, the compressed-attention counts against brute
-force, and the cost refused by name where it is asked."""
+force, and context parallelism refused by name (the cost: tests/test_dsv4_cost.py)."""
 from __future__ import annotations
 
 import json
@@ -181,11 +181,11 @@ def test_sparse_flops_closed_form():
     assert sparse_flops_fwd_per_token(m, 0)["compressor"] == 0
 
 
-def test_the_cost_is_refused_by_name():
+def test_context_parallelism_is_refused_by_name():
     from strategies.job import make_job
     from strategies.plan import Plan
     from topologies.cluster import parse_cluster_arg
     with pytest.raises(SpecError) as e:
         make_job(model_preset("deepseek-v4-flash"), parse_cluster_arg("gb200-nvl72:32"),
-                 Plan(tp=1, pp=1, ep=64), global_batch=2048)
-    assert e.value.field == "compress_ratios"
+                 Plan(tp=1, pp=1, cp=2, ep=64), global_batch=2048)
+    assert e.value.field == "cp"

@@ -62,6 +62,9 @@ def mean_score_elements(m: ModelSpec, mode: str = "square", windows: bool = True
     (``windows`` False: every layer full, what an unfused kernel computes before masking); a
     hybrid model's mean layer has ``ModelSpec.attention_share`` attention blocks."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
+    if m.is_dsv4:       # the sparse kernel's attended keys, every mode (strategies.cost.dsv4_cost)
+        from strategies.cost.dsv4_cost import mean_attended_keys
+        return float(mean_attended_keys(m))
     full = score_elements(s, None, mode=mode)
     if m.is_hybrid:
         return m.attention_share * full
@@ -75,9 +78,11 @@ def window_share(m: ModelSpec) -> float:
     """Share of the mean layer's causal-kernel score blocks (``score_elements`` "kernel") that
     its sliding-window layers compute: ``nw·win / ((L - nw)·full + nw·win)``; 0.0 without
     windowed layers. The fused kernel's time per block is one rate unless a kind is priced
-    at its own (``fp8_attention.time_factors``, ``window_kernel``)."""
+    at its own (``fp8_attention.time_factors``, ``window_kernel``). 0.0 for DeepSeek-V4: its
+    sparse kernel gathers each query's window and compressed entries as one set
+    (``mean_score_elements``), none of its layers runs the causal kernel's windowed grid."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
-    if not nw:
+    if not nw or m.is_dsv4:
         return 0.0
     full = score_elements(s, None, mode="kernel") * (L - nw)
     win = score_elements(s, m.sliding_window, m.window_kind, "kernel") * nw

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost import dsv4_cost
 from strategies.cost.gemm_shapes import mlp_part_widths
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
@@ -44,7 +45,8 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
         from strategies.cost.mamba_mixer import mixer_elementwise_bytes_fwd
         return norm_drop / _seq_shard(tp, sp) + act + \
             m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp)
-    return norm_drop / _seq_shard(tp, sp) + act + rope
+    return norm_drop / _seq_shard(tp, sp) + act + rope \
+        + dsv4_cost.elementwise_bytes_fwd(m, b, tp, cp, _seq_shard(tp, sp))
 
 
 #: HBM bytes per hidden element of torchtitan's eager ``RMSNorm`` (2024, models/norms.py:

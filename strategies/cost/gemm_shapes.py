@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost.dsv4_cost import bf16_einsum, dsv4_gemms, router_share
 from strategies.cost.token_counts import Num, expert_tokens, tokens_per_gpu
 from strategies.model import ModelSpec
 
@@ -75,10 +76,11 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         part = "mla_up" if name in ("q_up", "kv_up") else "attn"
         if split == "row":
             out.append((part, (a, T, n_out, k_in / tp, True)))
-        elif split == "col":
-            out.append((part, (a, T, n_out / tp, k_in, False)))
+        elif split == "col":   # DeepSeek-V4's wo_a: an einsum over 16-bit weights (dsv4_cost)
+            out.append((part, (a, T, n_out / tp, k_in, None if bf16_einsum(m, name) else False)))
         else:
             out.append((part, (a, T_rep, n_out / cols, k_in, False)))
+    out += [("attn", g) for g in dsv4_gemms(m, T)]     # DeepSeek-V4's compressors, indexer
     for kind_, w in m.layer_shares(kind).items():
         if kind_ == "dense":
             F = m.ffn_hidden_size
@@ -89,7 +91,7 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         Me = expert_tokens(m, b, tp, cp, ep, etp, load)
         out += [("routed_mlp", (w * local, Me, up * F / etp, he, False)),
                 ("routed_mlp", (w * local, Me, he, F / etp, True)),
-                ("routed_mlp", (w, T_gate, m.num_experts, h, None))]
+                ("routed_mlp", (w * router_share(m), T_gate, m.num_experts, h, None))]
         out += [("routed_mlp", g) for g in latent_gemms(m, w, T_gate)]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn

@@ -10,8 +10,8 @@ Megatron-Core's rules (``experimental_attention_variant/csa.py`` at dev d48bd6be
 ``index_topk`` the indexer selects, all when fewer (CSA), after scoring every visible one.
 The window's sum is ``attention_counts.score_elements``' causal band.
 
-Not wired into the estimate: ``model.dsv4.refuse_cost`` refuses a DeepSeek-V4 model there
-(docs/calibration.md §5.153).
+Read by the estimate through ``dsv4_cost`` (the attention core's keys, the indexer's scores;
+docs/calibration.md §5.154).
 """
 from __future__ import annotations
 

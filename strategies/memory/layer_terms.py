@@ -109,6 +109,16 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         # a hybrid model's Mamba-2 layers (below); none in a transformer
         "mamba_seq": 0, "mamba_tp": 0,
     }
+    if model.is_dsv4:       # DeepSeek-V4: n residual streams at each block's input (each
+        # hyper-connection saves the n·h streams its mapping and aggregation read); one
+        # key/value head (keys are values); wo_b's input; the latents, compressors' and
+        # indexer's tensors (dsv4_cost.saved_elements_per_token)
+        from strategies.cost.dsv4_cost import saved_elements_per_token
+        for k in ("ln1_input", "ln2_input"):
+            out[k] *= model.hc_streams
+        out["k_v"] = 2 * sb * model.head_dim
+        out["proj_input"] += 2 * sb * model.o_groups * model.o_lora_rank
+        out["mla_latents"] = 2 * sb * saved_elements_per_token(model)
     if model.is_hybrid:     # the mean layer's blocks: attention, MLP, Mamba-2 (their shares)
         from strategies.cost.mamba_mixer import saved_terms
         for k in _ATTENTION_TERMS:
@@ -211,7 +221,8 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
         "shared_mlp": mlp(w["shared_mlp"], r),
         "mla_up": ([(terms["q"], "tp"), (terms["k_v"], "tp"),
                     (r * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank), "seq")]
-                   if model.is_mla else []),
+                   if model.is_mla else [(terms["q"], "tp"), (terms["k_v"], "tp")]
+                   if model.is_dsv4 else []),
     }
 
 

@@ -159,13 +159,20 @@ def check_dsv4(spec: "ModelSpec") -> None:
                                 "layer (compress_ratios value 4: the indexer)")
 
 
-def refuse_cost(model: "ModelSpec") -> None:
-    """``SpecError`` for a DeepSeek-V4 model where a cost is asked: the estimate, the bound,
-    the simulator and the search do not price its compressed sparse attention (the indexer's
-    scores and top-k, the compressors, the sparse kernel), its hyper-connections' streams or
-    its grouped output projection; the counts here (``sparse_attention_counts``) are the
-    start of that model, not wired in (docs/calibration.md §5.153)."""
-    if model.is_dsv4:
-        raise SpecError("compress_ratios", "set", f"{model.name}: the cost of DeepSeek-V4's "
-                        "compressed sparse attention, indexer, compressors and "
-                        "hyper-connections is not modelled (parameter counts only)")
+def refuse_cost(model: "ModelSpec", cp: int = 1, flash: bool = True,
+                fp8_attention: bool = False) -> None:
+    """``SpecError`` for what DeepSeek-V4's cost (``strategies.cost.dsv4_cost``) does not
+    model, by name: context parallelism over compressed attention (Megatron-Core's
+    ``_forward_thd_cp`` gathers the compressed keys and the window's boundary, not the
+    ring or all-gather of the dense kernel), the unfused path (``use_fused_kernels`` off:
+    per-query gathers and einsums, not the full score square) and Transformer Engine's
+    FP8 attention (FlashMLA's sparse kernel runs in 16 bits). Nothing for another model."""
+    if not model.is_dsv4:
+        return
+    why = " is not modelled for DeepSeek-V4's compressed sparse attention"
+    if cp > 1:
+        raise SpecError("cp", cp, "context parallelism (Megatron-Core's _forward_thd_cp)" + why)
+    if not flash:
+        raise SpecError("flash_attn", flash, "the unfused path (use_fused_kernels off)" + why)
+    if fp8_attention:
+        raise SpecError("fp8_attention", fp8_attention, "FP8 attention" + why)

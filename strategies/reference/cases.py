@@ -18,7 +18,6 @@ from strategies.cost.system import SystemConfig
 from strategies.errors import SpecError
 from strategies.stacks.variants import compiled
 from strategies.job import Job, make_job
-from strategies.model.dsv4 import refuse_cost
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.perf_harness import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE, NEMO_PERF_SOURCE,
                                                grad_reduce_in_fp32, harness_fp8_is_current,
@@ -116,7 +115,6 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("global batch not given")
     try:
         model = entry_model(mo, c, notes)
-        refuse_cost(model)      # a model whose cost is not modelled (DeepSeek-V4)
         cluster, cn = entry_cluster(c)
     except SpecError as e:
         return skip(f"does not resolve: {e}")

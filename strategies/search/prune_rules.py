@@ -31,7 +31,9 @@ RULES: tuple[tuple[str, str], ...] = (
     ("tp_heads", "tp does not divide the attention heads or the KV heads"),
     ("pp_layers", "pp does not divide the layers"),
     ("cp_seq", "2*cp does not divide the sequence length (or the model has Mamba-2 layers, "
-               "whose context parallelism and op-level recomputation are not modelled)"),
+               "whose context parallelism and op-level recomputation are not modelled, or "
+               "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
+               "path are not)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
@@ -121,6 +123,9 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
             return True
         return (c["cp"] == 1) & (c["rc"] != RECOMPUTE_CODE["op"])
 
+    def dsv4_ok(c):           # model.dsv4.refuse_cost's cp and unfused-path rules
+        return (c["cp"] == 1) & (c["flash"] != 0) if model.is_dsv4 else True
+
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention
         scores_only = (c["rcm"] == 0) | (c["rcm"] == core) if "rcm" in c else True
@@ -132,7 +137,7 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         ("fixed", lambda c: fixed_mask(c, opts.fixed)),
         ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
-        ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c)),
+        ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c) & dsv4_ok(c)),
         ("ep", ep_ok),
         ("tp_cross_node", cross),
         ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),

@@ -93,7 +93,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     ``framework``: a named software stack; only what it can run, with its default switches.
     ``dtype`` and ``system`` set the memory model (gradient bytes, policy constants)."""
     opts = opts or SpaceOptions()
-    refuse_cost(model)          # a model whose cost is not modelled (DeepSeek-V4)
+    refuse_cost(model, fp8_attention=bool(framework and framework.fp8_attention))
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
