@@ -107,7 +107,7 @@ def test_stated_dp_shard_refused_where_the_stack_has_no_hybrid_zero() -> None:
     from strategies.reference.recipe_options import hybrid_mesh
     from strategies.framework import get_profile
     row = copy.deepcopy(BY_ID["bloomberggpt_50b_512gpu"])
-    fw = get_profile("megatron-core")
+    fw = get_profile("megatron-lm-2021")     # (Megatron-Core runs ZeRO-3 HSDP since §5.150)
     assert 3 not in fw.hybrid_zero
     with pytest.raises(SpecError, match="plan.dp_shard"):
         hybrid_mesh(row, fw, 1, 1, 512, 3, [])
