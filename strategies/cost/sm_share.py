@@ -73,17 +73,24 @@ COPY_ENGINE_SMS = 0
 DISPATCHER_SMS = (None, DEEPEP_SMS, HYBRIDEP_SMS)
 
 
-def sm_factor(sm_count: int, k: Num, share: Num = 1.0) -> Num:
-    """Factor (>= 1) on a compute-bound kernel's time when ``k`` of the chip's ``sm_count``
-    SMs are held by a communication kernel for ``share`` of its time: ``1 + share ·
-    (sm/(sm − k) − 1)`` (a persistent kernel's tiles over ``sm − k`` SMs). A clear error
-    where ``k`` leaves no SM."""
+def held_sms(sm_count: int, k: Num) -> np.ndarray:
+    """``k`` as a float array, checked: a clear error where ``sm_count`` is not a positive
+    SM count or ``k`` leaves the GEMM no SM."""
     k = np.asarray(k, dtype=float)
     if not sm_count or sm_count < 1:
         raise SpecError("sm_count", sm_count, "must be a positive SM count")
     if np.any(k >= sm_count) or np.any(k < 0):
         raise SpecError("comm SMs", float(np.max(k)),
                         f"must be in [0, sm_count={sm_count}) to leave the GEMM an SM")
+    return k
+
+
+def sm_factor(sm_count: int, k: Num, share: Num = 1.0) -> Num:
+    """Factor (>= 1) on a compute-bound kernel's time when ``k`` of the chip's ``sm_count``
+    SMs are held by a communication kernel for ``share`` of its time: ``1 + share ·
+    (sm/(sm − k) − 1)`` (a persistent kernel's tiles over ``sm − k`` SMs). A clear error
+    where ``k`` leaves no SM."""
+    k = held_sms(sm_count, k)
     return 1.0 + np.asarray(share, dtype=float) * (sm_count / (sm_count - k) - 1.0)
 
 
@@ -131,12 +138,7 @@ def overlap_extra(t_comm: Num, t_compute: Num, sm_count: int, k: Num) -> Num:
     the compute's extra seconds. Returned: what that adds to the contention-free exposure
     ``max(C − W, 0)``, ``max(e − max(C − W, 0), 0)``; ``e`` is the GEMM work done during the
     collective times ``k/(sm − k)``. 0 where ``k`` or either time is 0. Vectorised."""
-    k = np.asarray(k, dtype=float)
-    if not sm_count or sm_count < 1:
-        raise SpecError("sm_count", sm_count, "must be a positive SM count")
-    if np.any(k >= sm_count) or np.any(k < 0):
-        raise SpecError("comm SMs", float(np.max(k)),
-                        f"must be in [0, sm_count={sm_count}) to leave the GEMM an SM")
+    k = held_sms(sm_count, k)
     c = np.maximum(np.asarray(t_comm, dtype=float), 0.0)
     w = np.maximum(np.asarray(t_compute, dtype=float), 0.0)
     e = np.minimum(c * k / sm_count, w * k / (sm_count - k))
