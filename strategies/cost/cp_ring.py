@@ -53,3 +53,15 @@ def layer_waits(t_allgather: Num, sc, cp: Num) -> tuple[Num, Num]:
     f = sc.cp_exposed_fraction
     return (np.where(on, ring_exposed(PASS_VOLUME[True] * t_allgather, sc.attn_fwd, f), 0.0),
             np.where(on, ring_exposed(PASS_VOLUME[False] * t_allgather, sc.attn_bwd, f), 0.0))
+
+
+def layer_sm_extra(t_allgather: Num, sc, cp: Num, extra) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` the ring's SMs add to the attention core of one layer
+    pass: ``extra(c, w)`` (``sm_share.WindowSMs.extra`` at the ring's SMs) of the share
+    ``1 − f`` of each pass's ``PASS_VOLUME`` that runs beside its attention core (the
+    ``ring_exposed`` window); 0 on PyTorch's ring (its own stalls, not modelled here) and
+    where ``cp`` is 1. ``t_allgather``, ``sc``: as ``layer_waits``."""
+    on = (np.asarray(cp) > 1) & (not sc.cp_torch)
+    f = sc.cp_exposed_fraction
+    return tuple(np.where(on, extra((1 - f) * PASS_VOLUME[fwd] * t_allgather, attn), 0.0)
+                 for fwd, attn in ((True, sc.attn_fwd), (False, sc.attn_bwd)))

@@ -15,13 +15,21 @@ count on ``sm − k`` slots of a one-CTA-per-tile kernel. A copy-engine transfer
 (``cudaMemcpyAsync``: PyTorch's async TP over symmetric memory, Transformer Engine's
 ``ring_exchange`` with ``use_ce``) holds no SM.
 
-``comm_sm_slowdown`` is the factor on compute-bound kernel time this gives each plan; the
-stage inputs multiply it into ``overlap_clock.overlap_slowdown`` (``StageInputs.slow``),
-which the estimate, the lower bound and the simulator all read. It is scaled by
-``SystemConfig.comm_sm_share``, the share of the overlapped compute during which the
-collectives' CTAs hold their SMs: 0 by default (the rule is a tested switch, off: §5.152
-gives the figures that keep it off)."""
+The charge is per overlap window (``overlap_extra``): a window's compute runs at
+``(sm − k)/sm`` of its rate only while a collective holding ``k`` SMs is in flight beside it,
+so it takes ``min(C·k/sm, W·k/(sm − k))`` longer for a collective of ``C`` seconds beside
+``W`` seconds of compute. The estimate adds that, beyond what the window already exposes, in
+the one place each window's exposure is formed (the data-parallel stream's
+``terms.dp_exposure.lanes_exposed``: ZeRO-0/1/2's reductions, ZeRO-3's gathers; the
+userbuffers' reduce-scatters beside the row-parallel forward GEMMs and the expert
+all-to-all of an overlapped pair, ``terms.layer_comm``; the context-parallel ring beside the
+attention core, ``cp_ring.layer_sm_extra``), at the SMs ``window_sms`` gives each window.
+``SystemConfig.comm_sm_share`` switches the charge: 0 by default (off: docs/calibration.md
+§5.156 gives the figures); the lower bound and the simulator do not charge it"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,17 +73,24 @@ COPY_ENGINE_SMS = 0
 DISPATCHER_SMS = (None, DEEPEP_SMS, HYBRIDEP_SMS)
 
 
-def sm_factor(sm_count: int, k: Num, share: Num = 1.0) -> Num:
-    """Factor (>= 1) on a compute-bound kernel's time when ``k`` of the chip's ``sm_count``
-    SMs are held by a communication kernel for ``share`` of its time: ``1 + share ·
-    (sm/(sm − k) − 1)`` (a persistent kernel's tiles over ``sm − k`` SMs). A clear error
-    where ``k`` leaves no SM."""
+def held_sms(sm_count: int, k: Num) -> np.ndarray:
+    """``k`` as a float array, checked: a clear error where ``sm_count`` is not a positive
+    SM count or ``k`` leaves the GEMM no SM."""
     k = np.asarray(k, dtype=float)
     if not sm_count or sm_count < 1:
         raise SpecError("sm_count", sm_count, "must be a positive SM count")
     if np.any(k >= sm_count) or np.any(k < 0):
         raise SpecError("comm SMs", float(np.max(k)),
                         f"must be in [0, sm_count={sm_count}) to leave the GEMM an SM")
+    return k
+
+
+def sm_factor(sm_count: int, k: Num, share: Num = 1.0) -> Num:
+    """Factor (>= 1) on a compute-bound kernel's time when ``k`` of the chip's ``sm_count``
+    SMs are held by a communication kernel for ``share`` of its time: ``1 + share ·
+    (sm/(sm − k) − 1)`` (a persistent kernel's tiles over ``sm − k`` SMs). A clear error
+    where ``k`` leaves no SM."""
+    k = held_sms(sm_count, k)
     return 1.0 + np.asarray(share, dtype=float) * (sm_count / (sm_count - k) - 1.0)
 
 
@@ -113,27 +128,61 @@ def ub_share(gemms: list[tuple]) -> float:
     return row / total if total > 0 else 0.0
 
 
-def comm_sm_slowdown(sm_count: int, generation: str | None, share: float, tp: Num, tpo: Num,
-                     tp_impl: str, ub: float, nccl_busy: Num, ep_paired: Num,
-                     dispatcher: Num) -> Num:
-    """Factor (>= 1) on each plan's compute-bound kernel time for the SMs its overlapped
-    collectives hold (module doc), the largest of: TP overlap (``tpo``, ``tp > 1``) under
-    Transformer Engine's userbuffers (``tp_impl == "userbuffers"``) on ``ub`` of the FLOPs
-    (``ub_share``), none under async TP (``tp_impl == "async-tp"``, the copy engine); a
-    NCCL collective beside the compute for most of the step (``nccl_busy``: ring attention,
-    ZeRO-2/3, a one-micro-batch step's gradient reduction, the clock rule's cases); the
-    expert dispatch of overlapped pairs (``ep_paired``) with its ``dispatcher``'s SMs
-    (``DISPATCHER_SMS``; NCCL's for alltoall). ``share``: ``SystemConfig.comm_sm_share``;
-    0 gives 1 everywhere."""
-    if share == 0 or not sm_count:
-        return np.asarray(1.0)
+def overlap_extra(t_comm: Num, t_compute: Num, sm_count: int, k: Num) -> Num:
+    """Seconds a window's compute (``t_compute`` seconds on every SM) takes beyond its
+    exposed communication while a collective of ``t_comm`` seconds holding ``k`` of the
+    chip's ``sm_count`` SMs runs beside it. The compute proceeds at ``(sm − k)/sm`` of its
+    rate while the collective is in flight, so it ends at ``W + min(C·k/sm, W·k/(sm − k))``
+    (the whole compute slowed when the collective outlasts it: ``W·sm/(sm − k)``); the
+    window ends at the later of that and the collective, ``W + max(C − W, e)`` with ``e``
+    the compute's extra seconds. Returned: what that adds to the contention-free exposure
+    ``max(C − W, 0)``, ``max(e − max(C − W, 0), 0)``; ``e`` is the GEMM work done during the
+    collective times ``k/(sm − k)``. 0 where ``k`` or either time is 0. Vectorised."""
+    k = held_sms(sm_count, k)
+    c = np.maximum(np.asarray(t_comm, dtype=float), 0.0)
+    w = np.maximum(np.asarray(t_compute, dtype=float), 0.0)
+    e = np.minimum(c * k / sm_count, w * k / (sm_count - k))
+    return np.maximum(e - np.maximum(c - w, 0.0), 0.0)
+
+
+@dataclass(frozen=True)
+class WindowSMs:
+    """The SMs each overlap window's collectives hold on one chip (``k`` 0: the rule off or
+    the copy engine): ``sm`` the chip's SM count, ``nccl`` a NCCL collective's (the
+    data-parallel stream, the context-parallel ring), ``tp`` Transformer Engine's userbuffers
+    on the row-parallel forward GEMMs (0 under async TP), ``ub`` those GEMMs' share of a
+    layer's forward GEMM seconds (``3·ub_share``), ``ep`` the expert dispatcher's per plan
+    (``DISPATCHER_SMS``). Read by the estimate's windows (``overlap_extra``)."""
+
+    sm: int
+    nccl: float
+    tp: float
+    ub: float
+    ep: Any
+
+    def extra(self, t_comm: Num, t_compute: Num, k: Num) -> Num:
+        """``overlap_extra`` on this chip (0 where the chip has no SM count)."""
+        if not self.sm or not np.any(np.asarray(k) > 0):
+            return np.zeros(np.broadcast(np.asarray(t_comm), np.asarray(t_compute)).shape)
+        return overlap_extra(t_comm, t_compute, self.sm, k)
+
+
+#: no SM held by any window (the rule off)
+NO_SMS = WindowSMs(sm=0, nccl=0.0, tp=0.0, ub=0.0, ep=0.0)
+
+
+def window_sms(on: bool, sm_count: int | None, generation: str | None, tp_impl: str,
+               dispatcher: Num, ub: float = 0.0) -> WindowSMs:
+    """The ``WindowSMs`` of a chip of ``sm_count`` SMs and GEMM ``generation`` under a stack
+    whose TP overlap is ``tp_impl`` (``"userbuffers"``: ``TE_UB_SMS``; else the copy engine)
+    and plans' expert ``dispatcher`` codes (``plan.DISPATCHERS``), ``ub`` the model's
+    ``ub_share``; ``NO_SMS`` where ``on`` is
+    false (``SystemConfig.comm_sm_share`` 0) or the chip has no SM count."""
+    if not on or not sm_count:
+        return NO_SMS
     n = nccl_sms(generation)
-    ub_on = np.logical_and(tpo, np.asarray(tp) > 1) & (tp_impl == "userbuffers")
-    k_tp = TE_UB_SMS if tp_impl == "userbuffers" else COPY_ENGINE_SMS
-    f = np.where(ub_on, sm_factor(sm_count, k_tp, share * ub), 1.0)
-    f = np.maximum(f, np.where(np.asarray(nccl_busy, dtype=bool), sm_factor(sm_count, n, share),
-                               1.0))
-    code = np.asarray(dispatcher, dtype=int)
-    k_ep = np.choose(code, [n if k is None else k for k in DISPATCHER_SMS])
-    return np.maximum(f, np.where(np.asarray(ep_paired, dtype=bool),
-                                  sm_factor(sm_count, k_ep, share), 1.0))
+    k_ep = np.choose(np.asarray(dispatcher, dtype=int),
+                     [n if k is None else k for k in DISPATCHER_SMS])
+    return WindowSMs(sm=int(sm_count), nccl=float(n),
+                     tp=float(TE_UB_SMS if tp_impl == "userbuffers" else COPY_ENGINE_SMS),
+                     ub=3.0 * ub, ep=k_ep)

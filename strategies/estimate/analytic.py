@@ -65,8 +65,11 @@ import numpy as np
 
 from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
+from strategies.cost.gemm_kernel import GEMM_GENERATION
+from strategies.cost.gemm_shapes import layer_gemm_parts
+from strategies.cost.sm_share import NO_SMS, WindowSMs, ub_share, window_sms
 from strategies.cost.stage import stage_cost_arrays
-from strategies.cost.system import SystemConfig
+from strategies.cost.system import SystemConfig, get_system
 from strategies.estimate.terms.buckets import bucket_windows
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.faults import degraded_view
@@ -133,7 +136,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # a layer's exposed communication, each kind of rank's seconds, the pipeline's span and
     # its exposed messages
-    comm = layer_comm(sc, cl, P, mb, split, L)
+    sms = charged_sms(m, gpu or cl.gpu, profile, system, P)
+    comm = layer_comm(sc, cl, P, mb, split, L, sms)
     st = stage_times(sc, P, n_k, comm, cl, lps,
                      mtp_seconds(sc, comm, m.num_nextn_predict_layers, m.mtp_stash_layers))
     span = span_of(sc, P, st, comm, mb, lps, pipe_span)
@@ -146,7 +150,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # optimizer; the step ends with the rank that ends last. A rank above rank 0 ends its
     # compute ``slack`` earlier, the last micro-batch's backward through the stages below it
     # (``rank_slack``), which hides as much of its own tail
-    calls = DpCalls.of(sc, P, cl, profile)
+    calls = DpCalls.of(sc, P, cl, profile, sms)
     win = bucket_windows(sc, P, profile, st, span, split, zero_g)
     gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
@@ -191,3 +195,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "ep_rc_s": sc.ep_per_layer_recompute * comm.a2a,
         "layer_comm_s": comm.tp + comm.cp,       # one layer's other exposed communication
     }
+
+
+def charged_sms(m: ModelSpec, gpu: GPU, profile: FrameworkProfile,
+                system: SystemConfig | None, P: PlanArrays) -> WindowSMs:
+    """The SMs each overlap window's collectives hold on ``gpu`` under ``profile``
+    (``sm_share.window_sms``), where ``SystemConfig.comm_sm_share`` charges them (else
+    ``NO_SMS``): the userbuffers' row-parallel share of ``m``'s forward GEMMs at one
+    sequence (``sm_share.ub_share``)."""
+    sy = get_system(system)
+    if not sy.comm_sm_share or not gpu.sm_count:
+        return NO_SMS
+    return window_sms(True, gpu.sm_count, GEMM_GENERATION.get(gpu.name), profile.tp_overlap,
+                      P.moe_dispatcher, ub_share(layer_gemm_parts(m, 1, 1, 1, 1)))

@@ -10,10 +10,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies import placement
-from strategies.cost import ep_dispatch, grad_time, moe_bytes, overlap_clock, sm_share
+from strategies.cost import ep_dispatch, grad_time, moe_bytes, overlap_clock
 from strategies.cost import token_counts
-from strategies.cost.gemm_kernel import GEMM_GENERATION
-from strategies.cost.gemm_shapes import layer_gemm_parts
 from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
@@ -88,8 +86,7 @@ def stage_inputs(m: ModelSpec, cl: Cluster, dtype: str,
     zero_g, ogr_g = grad_path(fw.fsdp2, pp, zero, P.overlap_grad_reduce)
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
     whole = overlap_clock.dp_overlaps_whole_step(copies, mb, ogr_g)
-    slow = overlap_clock.overlap_slowdown(tp, tpo, cp, zero_g, whole, paired) \
-        * comm_sm_factor(m, gpu, fw, sy, P, overlap_clock.nccl_busy(cp, zero_g, whole), paired)
+    slow = overlap_clock.overlap_slowdown(tp, tpo, cp, zero_g, whole, paired)
     shard_acc = grad_time.accum_shard(copies, zero_g)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
@@ -108,17 +105,3 @@ def stage_inputs(m: ModelSpec, cl: Cluster, dtype: str,
                        mb=mb, copies=copies, once=once, zero_g=zero_g, paired=paired, slow=slow,
                        shard_acc=shard_acc, dedup_bytes=dedup_bytes, dedup_remote=dedup_remote,
                        disp=disp, lpc=lpc, zeros=zeros, share=share, cap=cap)
-
-
-def comm_sm_factor(m: ModelSpec, gpu: GPU, fw: FrameworkProfile, sy: SystemConfig,
-                   P: PlanArrays, nccl_busy: Any, paired: Any) -> Any:
-    """``sm_share.comm_sm_slowdown`` of the plans ``P`` on ``gpu`` under stack ``fw`` and
-    ``sy.comm_sm_share`` (1 where that is 0): the userbuffers' share of the mean layer's
-    GEMM FLOPs at one sequence (``sm_share.ub_share``), NCCL's SMs of ``gpu``'s
-    generation."""
-    if sy.comm_sm_share == 0 or not gpu.sm_count:
-        return 1.0
-    ub = sm_share.ub_share(layer_gemm_parts(m, 1, 1, 1, 1))
-    return sm_share.comm_sm_slowdown(gpu.sm_count, GEMM_GENERATION.get(gpu.name),
-                                     sy.comm_sm_share, P.tp, P.tp_comm_overlap, fw.tp_overlap,
-                                     ub, nccl_busy, paired, P.moe_dispatcher)

@@ -10,6 +10,7 @@ from typing import Any
 
 from strategies.cost import comm as cm
 from strategies.cost.comm.dp_groups import replica_overlap, replica_time
+from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.cost.stage import StageCostArrays
 from strategies.plan_arrays import PlanArrays
 from strategies.stacks.profile import FrameworkProfile
@@ -36,15 +37,18 @@ class DpCalls:
     dps: Any
     cl: Cluster
     own_lane: bool
+    #: the SMs the data-parallel collectives hold (``sm_share.WindowSMs``; ``NO_SMS``: none)
+    sms: WindowSMs = NO_SMS
 
     @classmethod
     def of(cls, sc: StageCostArrays, P: PlanArrays, cl: Cluster,
-           profile: FrameworkProfile) -> "DpCalls":
-        """The calls of plans ``P`` from their stage-cost record ``sc``."""
+           profile: FrameworkProfile, sms: WindowSMs = NO_SMS) -> "DpCalls":
+        """The calls of plans ``P`` from their stage-cost record ``sc``; ``sms`` the SMs
+        they hold beside the compute (``sm_share.window_sms``)."""
         return cls(pr_k=(sc.params_first, sc.params_mid, sc.params_last),
                    pe_k=(sc.expert_params_first, sc.expert_params_mid, sc.expert_params_last),
                    gb=sc.grad_bytes, tp=P.tp, cp=P.cp, dp=P.dp, ep=P.ep, etp=P.etp,
-                   dps=P.dp_shard, cl=cl, own_lane=bool(profile.replica_stream))
+                   dps=P.dp_shard, cl=cl, own_lane=bool(profile.replica_stream), sms=sms)
 
     def time(self, kind: str, nbytes: Any, k: int) -> Any:
         """Seconds of collective ``kind`` over rank kind ``k``'s parameters at ``nbytes`` a

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.estimate.terms.ranks import slowest_rank
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import grad_path
@@ -44,16 +45,22 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
 
 
 def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any,
-                  lead: Any = 0.0) -> Any:
+                  lead: Any = 0.0, sms: WindowSMs = NO_SMS) -> Any:
     """``sharded_exposed`` where ``replicas`` of the ``work`` seconds are hybrid sharding's
     all-reduces across replicas: with ``own_lane`` (``FrameworkProfile.replica_stream``,
     PyTorch FSDP's HSDP) they run on a stream of their own, so each of the two streams must
     fit under the ``window``, the replicas' under what of it follows their first all-reduce
     (``lead`` seconds in): ``max(work − replicas − window, replicas − (window − lead),
-    edge)``; else they queue on the data-parallel stream with the rest (Megatron-Core)."""
+    edge)``; else they queue on the data-parallel stream with the rest (Megatron-Core).
+    Plus what the SMs the collectives hold (``sms.nccl``) add to the window's compute while
+    the ``work − edge`` that runs under it is in flight (``sm_share.overlap_extra``; 0 with
+    ``NO_SMS``)."""
     sep = np.maximum(sharded_exposed(np.asarray(work) - replicas, window, edge),
                      np.asarray(replicas) - (window - lead))
-    return np.where(own_lane, sep, sharded_exposed(work, window, edge))
+    out = np.where(own_lane, sep, sharded_exposed(work, window, edge))
+    if sms.sm and sms.nccl:
+        out = out + sms.extra(np.asarray(work) - edge, window, sms.nccl)
+    return out
 
 
 #: the paths of ZeRO-2's stall without overlap that a schedule adds to the slowest stage's

@@ -100,7 +100,8 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                         np.where(ends_k, mirror_over,
                                  lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
                                                                  lead_k[k], 0.0),
-                                               rep, window_k[k], t_edge, own_lane)))
+                                               rep, window_k[k], t_edge, own_lane,
+                                               sms=calls.sms)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _ in grad_ag], ag_k=[a for _, a in grad_ag])

@@ -10,7 +10,9 @@ from typing import Any, Callable
 import numpy as np
 
 from strategies.cost import comm as cm
+from strategies.cost.cp_ring import layer_sm_extra as cp_layer_sm_extra
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
+from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_full_rc_time,
                                    attn_rc_gathers, attn_rope_time, attn_tp_saved,
                                    dgrad_reduce_hidden, dgrad_reduce_time, down_reduce_hidden,
@@ -49,12 +51,14 @@ def attn_saved(sc: StageCostArrays, sp: Any, t: Callable[[str, Any], Any]) -> An
 
 
 def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
-               rc: Any) -> tuple[Any, Any]:
+               rc: Any, sms: WindowSMs = NO_SMS) -> tuple[Any, Any]:
     """A layer's exposed tensor-parallel seconds per micro-batch and the count ``n_tp`` of its
     collectives: 2 forward, 2 backward, the recomputation's (``recompute.tp_rerun``), hidden
     under the GEMMs with ``tp_comm_overlap`` (``tpo``) but for the stack's unfused share, and
     MLA's, the down projections', sequence parallelism's re-gathers and the data gradients'
-    reductions beside their weight gradients. Arrays over plans; seconds."""
+    reductions beside their weight gradients; with TP overlap under Transformer Engine's
+    userbuffers, what the ``sms.tp`` SMs of the row-parallel forward GEMMs' reduce-scatters
+    add to those GEMMs (``sm_share.overlap_extra``). Arrays over plans; seconds."""
     # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``)
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
@@ -79,6 +83,13 @@ def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
                            * sc.gemm_fwd,
                            (tp_raw - tp_out) / sc.tp_overlap_chunks) + tp_out
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
+    # userbuffers' ``pipeline`` overlap of the row-parallel forward GEMMs (proj, fc2): their
+    # reduce-scatters, half the forward's all-reduce volume less the unfused share, hold
+    # ``sms.tp`` SMs beside those GEMMs (``sms.ub`` of the forward GEMM seconds)
+    if sms.sm and sms.tp:
+        rs_fwd = (1.0 - sc.tp_overlap_fwd_exposed) * sc.tp_per_layer_fwd * t_ar / 2
+        tp_layer = tp_layer + np.where(np.asarray(tpo, dtype=bool) & (tp > 1),
+                                       sms.extra(rs_fwd, sms.ub * sc.gemm_fwd, sms.tp), 0.0)
     # MLA's recomputed up projections gather their latents again (``mla_up_proj`` under SP,
     # ``cost.stage.attn_rc_gathers``, §5.81), blocking
     if np.any(sc.tp_attn_rc > 0):
@@ -116,19 +127,27 @@ def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
     return tp_layer, n_tp
 
 
-def cp_waits(sc: StageCostArrays, cl: Cluster, tp: Any, cp: Any) -> tuple[Any, Any]:
-    """A layer's ring-attention waits per micro-batch, forward and backward (seconds)."""
+def cp_waits(sc: StageCostArrays, cl: Cluster, tp: Any, cp: Any,
+             sms: WindowSMs = NO_SMS) -> tuple[Any, Any]:
+    """A layer's ring-attention waits per micro-batch, forward and backward (seconds), with
+    what the ring's NCCL SMs (``sms.nccl``) add to the attention core it runs beside
+    (``cp_ring.layer_sm_extra``)."""
     # context parallel ring attention: each pass waits on its ring inside the attention,
     # where it outlasts the attention core, on top of the layer's other exposed
     # communication (``cost.cp_ring.ring_exposed``, §5.110)
     # (PyTorch's ring: its waits on the all-gather and the dK/dV ring)
     cp_fwd, cp_bwd = cp_layer_waits(cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl),
                                     sc, cp)
+    if sms.sm and sms.nccl:
+        x_fwd, x_bwd = cp_layer_sm_extra(
+            cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl), sc, cp,
+            lambda c, w: sms.extra(c, w, sms.nccl))
+        cp_fwd, cp_bwd = cp_fwd + x_fwd, cp_bwd + x_bwd
     return cp_fwd, cp_bwd
 
 
 def ep_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: Any,
-               num_layers: int) -> tuple[Any, Any, Any, Any]:
+               num_layers: int, sms: WindowSMs = NO_SMS) -> tuple[Any, Any, Any, Any]:
     """A layer's expert all-to-all per micro-batch: one direction's seconds ``t_a2a``, its
     exposure in an overlapped pair, the combined 1F1B's lone passes' (once a step) and the
     layer's exposed seconds (``split``: the schedule splits the backward). Seconds."""
@@ -151,6 +170,10 @@ def ep_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: 
     # forward with a whole backward; DualPipe's pairs take the input-gradient part B
     partner = sc.layer_bwd - np.where(split, sc.layer_wgrad, 0.0) + sc.layer_recompute
     paired = pair_exposed(t_a2a, sc.layer_fwd, partner)
+    # the dispatcher's SMs (``sms.ep``) beside each pair member's compute
+    if sms.sm:
+        paired = paired + sms.extra(t_a2a, partner, sms.ep) + sms.extra(t_a2a, sc.layer_fwd,
+                                                                        sms.ep)
     # (DualPipe: the share of the slowest rank's forwards that are paired; Megatron's
     # combined 1F1B: every pass paired, and the fill's lone forwards and the drain's lone
     # backwards on the critical path once, ``combined.lone_passes_exposed``, §5.91)
@@ -163,10 +186,12 @@ def ep_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: 
 
 
 def layer_comm(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: Any,
-               num_layers: int) -> LayerComm:
-    """One mean layer's exposed communication per micro-batch of plans ``P`` (``LayerComm``)."""
-    tp, n_tp = tp_exposed(sc, cl, P.tp, P.sp, P.tp_comm_overlap, P.recompute)
-    cp_fwd, cp_bwd = cp_waits(sc, cl, P.tp, P.cp)
-    a2a, paired, lone, ep = ep_exposed(sc, cl, P, mb, split, num_layers)
+               num_layers: int, sms: WindowSMs = NO_SMS) -> LayerComm:
+    """One mean layer's exposed communication per micro-batch of plans ``P`` (``LayerComm``),
+    with what the SMs ``sms`` its overlapped collectives hold add to the compute beside
+    them (``sm_share.window_sms``; ``NO_SMS`` none)."""
+    tp, n_tp = tp_exposed(sc, cl, P.tp, P.sp, P.tp_comm_overlap, P.recompute, sms)
+    cp_fwd, cp_bwd = cp_waits(sc, cl, P.tp, P.cp, sms)
+    a2a, paired, lone, ep = ep_exposed(sc, cl, P, mb, split, num_layers, sms)
     return LayerComm(tp=tp, n_tp=n_tp, cp_fwd=cp_fwd, cp=cp_fwd + cp_bwd, a2a=a2a,
                      paired=paired, ep=ep, lone=lone)

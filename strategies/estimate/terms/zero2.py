@@ -130,7 +130,8 @@ def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTime
                                                  - n_k[k] * f_layer - f_ends[k], edge_k[k],
                                                  own_lane), -np.inf)
         return np.maximum(np.maximum(lanes_exposed(mb * rs_mb_k[k], mb * rep, z2_window,
-                                                   edge_k[k], own_lane), last), z2_queue[k])
+                                                   edge_k[k], own_lane, sms=calls.sms), last),
+                          z2_queue[k])
     return [z2_over_k(k) for k in K]
 
 

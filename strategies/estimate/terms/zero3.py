@@ -74,5 +74,5 @@ def zero3_exposed(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageT
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
             mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue,
-            own_lane, rep_lead))
+            own_lane, rep_lead, calls.sms))
     return [z3_exposed(k) for k in range(3)]
