@@ -119,3 +119,28 @@ def test_reader_states_flex_attention():
     assert with_stated_kernel(TORCHTITAN, flex, []).elementwise_kernels == "eager"
     te = {"attn_impl": "Transformer Engine DotProductAttention (backend attn: te)"}
     assert with_stated_kernel(AUTOMODEL, te, []).elementwise_kernels == "eager_te"
+
+
+def test_gpt_oss_expert_bias_adds_closed_form():
+    """gpt-oss's per-expert biases, added eagerly by ``GroupedExpertsDeepEP._apply_bias``: per
+    routed row (k = 4 of 32 experts, F_e = h = 2880) forward 16·F_e + 28·h, backward
+    12·F_e + 28·h; none for a model without biases; charged once, by ``eager_variant_time``,
+    for AutoModel's blocks only."""
+    from strategies.cost.elementwise_time import eager_variant_time
+    from strategies.cost.hbm_rate import usable_hbm
+    from topologies.gpus import get_gpu
+    m, r = _model("automodel_gptoss20b_h100_8")
+    b = r["plan"]["microbatch"]
+    rows = b * m.seq_length * 4
+    f, bw = eb.expert_bias_bytes(m, b, 1, 1)
+    assert float(f) == pytest.approx((16 * 2880 + 28 * 2880) * rows, rel=REL)
+    assert float(bw) == pytest.approx((12 * 2880 + 28 * 2880) * rows, rel=REL)
+    assert float(eb.expert_bias_bytes(m, b, 1, 1, load=1.5)[0]) == pytest.approx(1.5 * f, rel=REL)
+    q, _ = _model("automodel_qwen330ba3b_h100_8")
+    assert eb.expert_bias_bytes(q, 4, 1, 1) == (0.0, 0.0)
+    gpu = get_gpu("h100-sxm")
+    hbm = usable_hbm(gpu)
+    fw = case_from_entry(r, ROWS).job.framework
+    vf, vb = eager_variant_time(m, b, 1, 1, gpu, 1.0, fw)
+    assert vf == pytest.approx(f / hbm, rel=REL) and vb == pytest.approx(bw / hbm, rel=REL)
+    assert eager_variant_time(m, b, 1, 1, gpu, 1.0, TORCHTITAN) == (0.0, 0.0)

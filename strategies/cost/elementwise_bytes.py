@@ -275,6 +275,36 @@ ROPE_FUSED_BYTES = (4.0, 8.0)
 ROPE_UNFUSED_KERNELS = (12, 7)
 
 
+#: HBM bytes ``(forward, backward)`` of NeMo AutoModel's per-expert bias adds
+#: (``GroupedExpertsDeepEP._apply_bias``, ``components/moe/layers.py`` 89e3a9fdd; gpt-oss's
+#: ``expert_bias=True``), eager, one ``torch.split`` of the rows by expert and a ``torch.cat``
+#: of the per-expert results. fc1, per element of the ``2·F_e`` wide output: ``t + b`` 2 + 2,
+#: the cat 2 + 2 (8, 16 per element of ``F_e``); backward: the bias's row sum 2 and the split's
+#: backward, a ``cat`` of the gradients, 2 + 2 (6, 12 per element of ``F_e``). fc2, per element
+#: of the ``h`` wide output, with DeepEP's fp32 ``permuted_probs`` (``token_dispatcher.py``
+#: "DeepEP only supports float32 probs"): ``b * p`` written fp32 4, ``t + b·p`` 2 + 4 + 4, the
+#: cat 4 + 4, ``.to(bf16)`` 4 + 2: 28; backward: the gradient to fp32 2 + 4, its cast to ``t``'s
+#: bf16 4 + 2, the bias's ``(g·p)`` 4 + 4 and row sum 4, the split's ``cat`` 2 + 2: 28 (the fake
+#: gate's probabilities take no gradient).
+EXPERT_BIAS_FC1_BYTES = (16.0, 12.0)
+EXPERT_BIAS_FC2_BYTES = (28.0, 28.0)
+
+
+def expert_bias_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0
+                      ) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of NeMo AutoModel's eager per-expert bias adds
+    of the mean layer (``EXPERT_BIAS_FC1_BYTES`` per element of ``F_e`` and
+    ``EXPERT_BIAS_FC2_BYTES`` per element of ``h``, per routed row: ``T/t·k·load`` rows on the
+    MoE layers' share); 0 for a model without biases or experts. Vectorised."""
+    z = 0.0 * np.asarray(tp, dtype=float)
+    if not (m.bias and m.is_moe):
+        return z[()], z[()]
+    rows = np.asarray(tokens_per_gpu(b, m.seq_length, cp) / tp * m.layer_shares().get("moe", 0.0)
+                      * m.moe_router_topk * load, dtype=float)
+    return tuple(((f1 * m.expert_ffn + f2 * m.hidden_size) * rows)[()]
+                 for f1, f2 in zip(EXPERT_BIAS_FC1_BYTES, EXPERT_BIAS_FC2_BYTES))
+
+
 def clamp_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> tuple[Num, Num]:
     """HBM bytes ``(forward, backward)`` per GPU of the mean layer's eager activation clamp
     (``CLAMP_BYTES`` per element of the routed intermediate: ``T/t·k·F_e`` elements times
