@@ -12,6 +12,11 @@ from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
 
 
+#: ``FrameworkProfile.elementwise_kernels`` values of NeMo AutoModel's blocks (TE's attention,
+#: FlexAttention): ``eager_te_bytes_fwd``, ``expert_bias_bytes``
+AUTOMODEL_KERNELS = ("eager_te", "eager_flex")
+
+
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
                           kernels: str = "fused") -> Num:
     """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.
@@ -29,9 +34,9 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     ``eager_te_bytes_fwd``, with FlexAttention ``"eager_flex"`` (a hybrid model's,
     ``eager_hybrid_bytes_fwd``, under any of the eager three).
     """
-    if kernels in ("eager", "eager_te", "eager_flex") and m.is_hybrid:
+    if (kernels == "eager" or kernels in AUTOMODEL_KERNELS) and m.is_hybrid:
         return eager_hybrid_bytes_fwd(m, b, tp, cp, sp)
-    if kernels in ("eager_te", "eager_flex"):
+    if kernels in AUTOMODEL_KERNELS:
         return eager_te_bytes_fwd(m, b, tp, cp, sp, attn_copies=kernels == "eager_flex")
     if kernels == "eager":
         return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)

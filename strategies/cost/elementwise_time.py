@@ -115,7 +115,7 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
     inside Transformer Engine's fused grouped MLP (``framework.runs_eager_clamp``). NeMo
     AutoModel's blocks (``fw.elementwise_kernels`` ``"eager_te"``/``"eager_flex"``) add their
     eager per-expert bias adds (``elementwise_bytes.expert_bias_bytes``) instead."""
-    if fw.elementwise_kernels in ("eager_te", "eager_flex"):
+    if fw.elementwise_kernels in elementwise_bytes.AUTOMODEL_KERNELS:
         xf, xb = elementwise_bytes.expert_bias_bytes(m, b, tp, cp, load)
         hbm = usable_hbm(gpu, system)
         return xf / hbm, xb / hbm
