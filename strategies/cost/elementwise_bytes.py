@@ -12,6 +12,11 @@ from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
 
 
+#: ``FrameworkProfile.elementwise_kernels`` values of NeMo AutoModel's blocks (TE's attention,
+#: FlexAttention): ``eager_te_bytes_fwd``, ``expert_bias_bytes``
+AUTOMODEL_KERNELS = ("eager_te", "eager_flex")
+
+
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
                           kernels: str = "fused") -> Num:
     """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.
@@ -24,10 +29,15 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     work is replicated on every tensor-parallel rank; with it, divided by t.
     ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
     PyTorch ops instead, ``eager_elementwise_bytes_fwd``; ``kernels="compiled"``: the same
-    model under torch.compile, ``compiled_elementwise_bytes_fwd``.
+    model under torch.compile, ``compiled_elementwise_bytes_fwd``; ``kernels="eager_te"``: NeMo
+    AutoModel's eager blocks with Transformer Engine's RMSNorm and attention,
+    ``eager_te_bytes_fwd``, with FlexAttention ``"eager_flex"`` (a hybrid model's,
+    ``eager_hybrid_bytes_fwd``, under any of the eager three).
     """
-    if kernels == "eager" and m.is_hybrid:
+    if (kernels == "eager" or kernels in AUTOMODEL_KERNELS) and m.is_hybrid:
         return eager_hybrid_bytes_fwd(m, b, tp, cp, sp)
+    if kernels in AUTOMODEL_KERNELS:
+        return eager_te_bytes_fwd(m, b, tp, cp, sp, attn_copies=kernels == "eager_flex")
     if kernels == "eager":
         return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
     if kernels == "compiled":
@@ -104,6 +114,59 @@ def eager_hybrid_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> N
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
     return per_h / _seq_shard(tp, sp) + act + \
         m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp, layout_copies=False)
+
+
+#: per element of q and k, NeMo AutoModel's bf16 half-split rotary (``gpt_oss/layers.py``
+#: ``_apply_rotary_emb``, which ``qwen3_moe`` imports; 89e3a9fdd): four products of a half by
+#: cos or sin (each reads and writes half the elements: 2 per element), the difference and the
+#: sum (each reads two halves and writes one: 3), ``torch.cat`` of the two (2 + 2): 18.
+HALF_ROPE_BYTES = 18.0
+
+
+def eager_te_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
+                       attn_copies: bool = False) -> Num:
+    """HBM bytes of one dense or MoE layer's memory-bound forward kernels, per GPU, as NeMo
+    AutoModel's eager blocks run them with its benchmark configs' ``backend: {attn: te,
+    rms_norm: te}`` (NVIDIA-NeMo/Automodel 89e3a9fdd: ``components/models/{deepseek_v3,
+    qwen3_moe,gpt_oss}/model.py`` ``Block.forward``, ``components/moe/utils.py``
+    ``initialize_rms_norm_module``; docs/calibration.md §5.157). The block's two RMSNorms are
+    Transformer Engine's fused kernel and its two residual adds eager, as the hybrid block's
+    one of each (``eager_hybrid_bytes_fwd``: ``norm_bytes_per_token`` and ``EAGER_ADD_BYTES``
+    per block, over ``h``, divided by ``t`` with SP); a MoE layer with shared experts adds their
+    output to the routed one (``MoE.forward``'s ``y + z``, ``EAGER_ADD_BYTES`` over ``h`` on the
+    MoE layers' share); Qwen3's per-head q and k norms are TE's too (read and write ``(a+g)·d``);
+    rotary embedding on q and k: MLA's ``rope_utils.apply_rotary_emb`` is torchtitan's fp32
+    complex product (``EAGER_ROPE_BYTES`` over ``rope_width``), the others' the bf16 half split
+    (``HALF_ROPE_BYTES``); MLA also normalises its two latents with TE (read and write
+    ``q_lora_rank + kv_lora_rank``) and assembles q and k by ``torch.cat`` (q: read and write
+    ``a·(d_nope + d_rope)``; k: read ``a·d_nope`` and the shared rope key, write ``a·(d_nope +
+    d_rope)``); no ``repeat_kv`` (TE's ``num_gqa_groups``, flex's ``enable_gqa``); the routed
+    experts' activation is one compiled kernel (``moe/megatron/moe_utils.py``
+    ``weighted_swiglu``, ``quick_geglu_deepep``: ``COMPILED_SWIGLU_BYTES`` or
+    ``COMPILED_ACT_BYTES`` over ``k·F_e``), the dense MLP's and the shared experts' eager
+    (``MLP.forward``'s ``F.silu(gate) * up``: ``EAGER_SWIGLU_BYTES`` or ``EAGER_ACT_BYTES``).
+    ``attn_copies`` (``backend.attn: flex``, gpt-oss's only backend): ``GptOssAttention.forward``
+    transposes q, k and v to ``[b, a, s, d]`` and the output back by ``.contiguous()`` copies
+    (read and write ``(2a + 2g)·d``). Per token, times the GPU's tokens."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h = m.hidden_size
+    moe = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
+    shared_add = EAGER_ADD_BYTES * h * moe if m.num_shared_experts else 0.0
+    per_h = norm_bytes_per_token(m) + m.blocks_per_layer * EAGER_ADD_BYTES * h + shared_add
+    a, g = m.num_attention_heads, m.kv_heads
+    if m.is_mla:
+        d_n, d_r = m.qk_nope_head_dim, m.qk_rope_head_dim
+        attn = EAGER_ROPE_BYTES * rope_width(m) + 4 * ((m.q_lora_rank or 0) + m.kv_lora_rank) \
+            + 2 * 2 * a * (d_n + d_r) + 2 * (a * d_n + d_r) + 2 * a * (d_n + d_r)
+    else:
+        rope = HALF_ROPE_BYTES * rope_width(m) if m.position_embedding == "rope" else 0.0
+        attn = rope + (4 * (a + g) * m.head_dim if m.qk_norm else 0.0) \
+            + (4 * (2 * a + 2 * g) * m.head_dim if attn_copies else 0.0)
+    w = mlp_part_widths(m)
+    act = (COMPILED_SWIGLU_BYTES if m.gated else COMPILED_ACT_BYTES) * w["routed_mlp"] \
+        + (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) \
+        * (w["dense_mlp"] + w["shared_mlp"])
+    return per_h * T / _seq_shard(tp, sp) + (attn + act) * T / tp
 
 
 #: HBM bytes per hidden element of one torch.compile'd torchtitan block's norm and residual
@@ -215,6 +278,36 @@ ROPE_FUSED_BYTES = (4.0, 8.0)
 #: the position table (cos, sin, their scaling and casts), backward seven; less the fused
 #: kernel each replaces.
 ROPE_UNFUSED_KERNELS = (12, 7)
+
+
+#: HBM bytes ``(forward, backward)`` of NeMo AutoModel's per-expert bias adds
+#: (``GroupedExpertsDeepEP._apply_bias``, ``components/moe/layers.py`` 89e3a9fdd; gpt-oss's
+#: ``expert_bias=True``), eager, one ``torch.split`` of the rows by expert and a ``torch.cat``
+#: of the per-expert results. fc1, per element of the ``2·F_e`` wide output: ``t + b`` 2 + 2,
+#: the cat 2 + 2 (8, 16 per element of ``F_e``); backward: the bias's row sum 2 and the split's
+#: backward, a ``cat`` of the gradients, 2 + 2 (6, 12 per element of ``F_e``). fc2, per element
+#: of the ``h`` wide output, with DeepEP's fp32 ``permuted_probs`` (``token_dispatcher.py``
+#: "DeepEP only supports float32 probs"): ``b * p`` written fp32 4, ``t + b·p`` 2 + 4 + 4, the
+#: cat 4 + 4, ``.to(bf16)`` 4 + 2: 28; backward: the gradient to fp32 2 + 4, its cast to ``t``'s
+#: bf16 4 + 2, the bias's ``(g·p)`` 4 + 4 and row sum 4, the split's ``cat`` 2 + 2: 28 (the fake
+#: gate's probabilities take no gradient).
+EXPERT_BIAS_FC1_BYTES = (16.0, 12.0)
+EXPERT_BIAS_FC2_BYTES = (28.0, 28.0)
+
+
+def expert_bias_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0
+                      ) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of NeMo AutoModel's eager per-expert bias adds
+    of the mean layer (``EXPERT_BIAS_FC1_BYTES`` per element of ``F_e`` and
+    ``EXPERT_BIAS_FC2_BYTES`` per element of ``h``, per routed row: ``T/t·k·load`` rows on the
+    MoE layers' share); 0 for a model without biases or experts. Vectorised."""
+    z = 0.0 * np.asarray(tp, dtype=float)
+    if not (m.bias and m.is_moe):
+        return z[()], z[()]
+    rows = np.asarray(tokens_per_gpu(b, m.seq_length, cp) / tp * m.layer_shares().get("moe", 0.0)
+                      * m.moe_router_topk * load, dtype=float)
+    return tuple(((f1 * m.expert_ffn + f2 * m.hidden_size) * rows)[()]
+                 for f1, f2 in zip(EXPERT_BIAS_FC1_BYTES, EXPERT_BIAS_FC2_BYTES))
 
 
 def clamp_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> tuple[Num, Num]:

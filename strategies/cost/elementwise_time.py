@@ -112,7 +112,13 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
     kernel (``elementwise_bytes.eager_variant_kernels``); 0 for a model with neither, or another
     stack. ``rope`` False: the clamp's alone (what a selective recomputation of the routed
     activation reruns, ``selective_time``). The clamp is not charged where the stack runs it
-    inside Transformer Engine's fused grouped MLP (``framework.runs_eager_clamp``)."""
+    inside Transformer Engine's fused grouped MLP (``framework.runs_eager_clamp``). NeMo
+    AutoModel's blocks (``fw.elementwise_kernels`` ``"eager_te"``/``"eager_flex"``) add their
+    eager per-expert bias adds (``elementwise_bytes.expert_bias_bytes``) instead."""
+    if fw.elementwise_kernels in elementwise_bytes.AUTOMODEL_KERNELS:
+        xf, xb = elementwise_bytes.expert_bias_bytes(m, b, tp, cp, load)
+        hbm = usable_hbm(gpu, system)
+        return xf / hbm, xb / hbm
     cf, cb = elementwise_bytes.clamp_bytes(m, b, tp, cp, load)
     rf, rb = elementwise_bytes.rope_unfused_bytes(m, b, tp, cp) if rope else (0.0, 0.0)
     kf, kb = elementwise_bytes.eager_variant_kernels(m, rope)

@@ -20,7 +20,8 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.reference.stated_switches import stated_bool
 from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
-                                        framework_name, launch_blocking, nemo_container)
+                                        framework_name, is_flex_attention, launch_blocking,
+                                        nemo_container)
 from topologies.gpus import GPU
 
 
@@ -156,6 +157,10 @@ def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fram
     prove at long sequences and make the 97 runs worse (docs/calibration.md §3.8, §5.140)."""
     said = pl.get("attn_impl")
     kernel = attention_kernel(said)
+    if fw.elementwise_kernels == "eager_te" and is_flex_attention(said):
+        notes.append("FlexAttention's q, k, v and output layout copies (stated: "
+                     f"{said.split(' (')[0]!r}; docs/calibration.md §5.157)")
+        fw = replace(fw, elementwise_kernels="eager_flex")
     if kernel is None:
         if said:
             notes.append(f"attention kernel {fw.attention_kernel} ({fw.name} default; "

@@ -216,12 +216,18 @@ def attention_kernel(value) -> str | None:
     if value is not None and not isinstance(value, str):
         raise SpecError("plan.attn_impl", value, "must be a text naming the attention kernel")
     t = (value or "").strip().lower()
-    if "flexattention" in t or "flex_attention" in t:   # a compiled Triton kernel, not v1's port
+    if is_flex_attention(t):   # a compiled Triton kernel, not v1's port
         return None
     for words, kernel in _ATTN_KERNELS:
         if words in t:
             return kernel
     return None
+
+
+def is_flex_attention(value) -> bool:
+    """Whether a free-text attention field names PyTorch's FlexAttention."""
+    t = str(value or "").strip().lower()
+    return "flexattention" in t or "flex_attention" in t
 
 
 def launch_blocking(value) -> bool:

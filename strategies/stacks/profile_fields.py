@@ -34,7 +34,7 @@ MLA_DOWN_PROJS = ("replicated", "column")
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")
 #: the stacks' elementwise kernels (``FrameworkProfile.elementwise_kernels``)
-ELEMENTWISE_KERNELS = ("fused", "eager", "compiled")
+ELEMENTWISE_KERNELS = ("fused", "eager", "compiled", "eager_te", "eager_flex")
 #: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
 TP_OVERLAP_IMPLS = ("userbuffers", "async-tp")
 #: ``FrameworkProfile.tp_overlap_without_sp``: TP overlap without SP refused, or turned off

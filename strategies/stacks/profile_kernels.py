@@ -18,7 +18,10 @@ class StackKernels:
     #: Megatron's fused norm, bias-dropout-add, activation and rotary kernels, or ``"eager"``,
     #: the model's own eager PyTorch ops (torchtitan's Llama without torch.compile:
     #: ``counts.eager_elementwise_bytes_fwd``), or ``"compiled"``, the same ops under
-    #: torch.compile (``counts.compiled_elementwise_bytes_fwd``; ``compiled``)
+    #: torch.compile (``counts.compiled_elementwise_bytes_fwd``; ``compiled``), or
+    #: ``"eager_te"``, NeMo AutoModel's eager blocks around Transformer Engine's RMSNorm and
+    #: attention (``elementwise_bytes.eager_te_bytes_fwd``), ``"eager_flex"`` the same blocks
+    #: around FlexAttention (its layout copies; set by the reader from ``plan.attn_impl``)
     elementwise_kernels: str = "fused"
     #: the Transformer Engine release ``(major, minor)`` the stack ran, where a reader knows it
     #: (``reference.entry_stack.NEMO_CONTAINER_TE``: a row's NeMo container); None: not

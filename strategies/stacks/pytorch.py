@@ -287,6 +287,10 @@ AUTOMODEL = replace(
     expert_gemm_launch=GROUPED_MLP_GEMM,
     # TE's DotProductAttention (backend attn: te) is the chip's fused kernel
     attention_kernel="native",
+    # the blocks' own eager ops around Transformer Engine's RMSNorm (backend rms_norm: te in
+    # every benchmark config; components/moe/utils.py initialize_rms_norm_module) and TE's
+    # attention, not torchtitan's eager norms and repeat_kv (docs/calibration.md §5.157)
+    elementwise_kernels="eager_te",
     # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:
     # dtype=get_dtype(config.torch_dtype, torch.bfloat16), initialize_weights(dtype=bf16)):
     # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
