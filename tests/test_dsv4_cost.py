@@ -1,8 +1,10 @@
-"""DeepSeek-V4's cost (``strategies.cost.dsv4_cost``, docs/calibration.md §5.154): the mean
-layer's attention-core keys and its compressors', indexer's and hyper-connections' GEMM FLOPs
-against the ``sparse_attention`` closed forms, the hyper-connections' bytes closed form, the
-hash-routed layers' router, the saved activations, the estimate against the contention-free
-simulation of a small DeepSeek-V4-shaped plan and what is refused by name."""
+"""DeepSeek-V4's cost (``strategies.cost.dsv4_cost``, docs/calibration.md §5.154, §5.158):
+the mean layer's attention-core keys and its compressors' and indexer's GEMM FLOPs against
+the ``sparse_attention`` closed forms, the indexer's and its loss's DSA kernels (FLOPs,
+bytes, in the forward at the core's rate), the hyper-connection mapping under its read, the
+hyper-connections' bytes closed form, the hash-routed layers' router, the saved activations,
+the estimate against the contention-free simulation of a small DeepSeek-V4-shaped plan and
+what is refused by name."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,7 +12,9 @@ from dataclasses import replace
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import attention_counts, dsv4_cost, elementwise_bytes, gemm_shapes
+from strategies.cost import (attention_counts, attention_time, dsv4_cost, elementwise_bytes,
+                             gemm_shapes)
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.flop_counts import gemm_flops_fwd
 from strategies.cost.sparse_attention import attended_keys, sparse_flops_fwd_per_token
 from strategies.errors import SpecError
@@ -21,6 +25,7 @@ from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.search.space import enumerate_space
 from topologies.cluster import cluster_preset
+from topologies.gpus import GPUS, get_gpu
 
 M = model_preset("deepseek-v4-flash")
 SMALL = replace(M, name="dsv4-6", num_layers=6, compress_ratios=(0, 4, 128, 4, 128, 0),
@@ -52,12 +57,14 @@ def test_core_flops_are_the_attended_keys(m):
 def test_extra_gemm_flops_are_the_closed_forms(m):
     """The mean layer's GEMM FLOPs less the attention linears', the experts' and the router's
     are the compressors' and the indexer's ``sparse_flops_fwd_per_token`` (at their layers'
-    shares) plus the two hyper-connection mappings ``2·2·n·h·(n²+2n)``, per token."""
-    s, h, n = m.seq_length, m.hidden_size, m.hc_streams
+    shares) less the indexer's scores (a cuDNN kernel, ``dsa_flops_fwd_per_token``), per
+    token; the hyper-connection mappings are no GEMM (their MMA runs inside the norm's
+    pass)."""
+    s = m.seq_length
     extra = sum(2.0 * c * N * K for c, _, N, K, _ in dsv4_cost.dsv4_gemms(m, 1))
     want = sum(w * (sparse_flops_fwd_per_token(m, r)["compressor"]
                     + sparse_flops_fwd_per_token(m, r)["indexer"])
-               for r, w in _shares(m).items()) + 2 * 2 * n * h * (n * n + 2 * n)
+               for r, w in _shares(m).items()) - dsv4_cost.dsa_flops_fwd_per_token(m)["scores"]
     assert abs(extra - want) <= 1e-12 * want
     plain = replace(m, compress_ratios=None, o_lora_rank=None, o_groups=None,
                     index_n_heads=None, index_head_dim=None, index_topk=None, hc_streams=1,
@@ -65,22 +72,73 @@ def test_extra_gemm_flops_are_the_closed_forms(m):
                     q_lora_rank=None, attention_sinks=False, activation_clamp=None)
     lin = sum(2.0 * i * o for _, i, o, _ in m.attention_linears())
     lin0 = sum(2.0 * i * o for _, i, o, _ in plain.attention_linears())
-    router = 2.0 * h * m.num_experts * m.num_hash_layers / m.num_layers
+    router = 2.0 * m.hidden_size * m.num_experts * m.num_hash_layers / m.num_layers
     got = gemm_flops_fwd(m, 1, 1, 1) / s - gemm_flops_fwd(plain, 1, 1, 1) / s
     assert got == pytest.approx(want + lin - lin0 - router, rel=1e-12)
 
 
+@pytest.mark.parametrize("m", [M, SMALL])
+def test_dsa_kernel_flops_closed_forms(m):
+    """The ratio-4 layers' share of: the indexer's scores ``2·H_I·d_I`` per visible entry,
+    the loss's target ``2·a·d`` and its indexer backward ``3·2·H_I·d_I`` per selected
+    compressed entry (``min(k, floor(j/4))`` summed over the positions ``j``), per token;
+    ``a/tp`` heads for the target; nothing without ratio-4 layers."""
+    s, hd, k = m.seq_length, m.index_n_heads * m.index_head_dim, m.index_topk
+    w4 = _shares(m)[4]
+    visible = sum(j // 4 for j in range(1, s + 1)) / s
+    sel = sum(min(k, j // 4) for j in range(1, s + 1)) / s
+    for tp in (1, 2):
+        got = dsv4_cost.dsa_flops_fwd_per_token(m, tp)
+        want = {"scores": w4 * 2 * hd * visible,
+                "teacher": w4 * 2 * m.num_attention_heads / tp * m.head_dim * sel,
+                "indexer_bwd": w4 * 6 * hd * sel}
+        for key, v in want.items():
+            assert abs(got[key] - v) <= 1e-12 * v, key
+    none = replace(m, compress_ratios=tuple(0 if r == 4 else r for r in m.compress_ratios))
+    assert sum(dsv4_cost.dsa_flops_fwd_per_token(none).values()) == 0.0
+    assert dsv4_cost.loss_bytes_per_token(m) == pytest.approx(w4 * 140 * k, rel=1e-15)
+    assert dsv4_cost.loss_bytes_per_token(none) == 0.0
+
+
+def test_dsa_kernels_run_in_the_forward_at_the_core_rate(monkeypatch):
+    """The attention forward is the sparse core's plus ``T·F`` FLOPs at the core's own
+    FLOP rate and ``T·loss_bytes`` at the HBM rate; the backward does not change."""
+    g = get_gpu("gb300")
+    f, b = attention_time.attention_time_fwd(M, 1, 1, 1, True, g)
+    monkeypatch.setattr(dsv4_cost, "dsa_flops_fwd_per_token", lambda m, tp=1: {"x": 0.0})
+    monkeypatch.setattr(dsv4_cost, "loss_bytes_per_token", lambda m: 0.0)
+    f0, b0 = attention_time.attention_time_fwd(M, 1, 1, 1, True, g)
+    monkeypatch.undo()
+    T = M.seq_length
+    core = attention_counts.attn_core_flops_fwd(M, 1, 1, 1, True)
+    F = sum(dsv4_cost.dsa_flops_fwd_per_token(M).values())
+    want = f0 * (1 + T * F / core) + T * dsv4_cost.loss_bytes_per_token(M) / usable_hbm(g)
+    assert float(f) == pytest.approx(float(want), rel=1e-12)
+    assert float(b) == float(b0) and float(f) > float(f0)
+
+
+def test_hc_mapping_mma_hides_under_its_read():
+    """``n² + 2n`` FLOPs per byte of streams (24 at n = 4); on every Blackwell chip of the
+    catalog (the fused cuTile kernel's) the TF32 GEMM rate over the HBM rate exceeds it, so
+    the mapping's time is its read."""
+    assert dsv4_cost.hc_mapping_flop_per_byte(M) == 24.0
+    assert dsv4_cost.hc_mapping_flop_per_byte(replace(M, hc_streams=2)) == 8.0
+    chips = [g for n, g in GPUS.items() if n.startswith(("B200", "B300", "GB200", "GB300"))]
+    assert len(chips) == 4
+    for g in chips:
+        assert g.peak("tf32") * g.matmul_efficiency / usable_hbm(g) \
+            > dsv4_cost.hc_mapping_flop_per_byte(M), g.name
+
+
 def test_precisions_as_megatron_runs_them():
-    """``wo_a`` (an einsum), ``weights_proj`` (FP8 disabled), the indexer's scores and the
-    mappings at the 16-bit rate (``row_parallel`` None); the other compressor and indexer
-    projections Transformer Engine linears (False); another model's output projection
-    unchanged."""
+    """``wo_a`` (an einsum) and ``weights_proj`` (FP8 disabled) at the 16-bit rate
+    (``row_parallel`` None); the other compressor and indexer projections Transformer
+    Engine linears (False); another model's output projection unchanged."""
     parts = gemm_shapes.layer_gemm_parts(M, 1, 1, 1, 1)
     names = [n for n, *_ in M.attention_linears()]
     assert [g[4] for _, g in parts[:len(names)]] == \
         [False if n != "o_down" else None for n in names[:4]] + [True]
-    assert [g[4] for g in dsv4_cost.dsv4_gemms(M, 1)] == [False, False, False, False, None,
-                                                          None, None]
+    assert [g[4] for g in dsv4_cost.dsv4_gemms(M, 1)] == [False, False, False, False, None]
     v3 = model_preset("deepseek-v3")
     assert all(g[4] is not None for p, g in gemm_shapes.layer_gemm_parts(v3, 1, 1, 1, 1)
                if p in ("attn", "mla_up"))
@@ -109,13 +167,15 @@ def test_hyper_connection_bytes_closed_form():
 
 
 def test_sparse_bytes_closed_form():
-    """The compressors' pooling, the indexer query's RoPE and rotation and its fp32 scores
-    written and read by the top-k; the query's per-head norm ``2·a·d`` bf16 elements."""
+    """The compressors' pooling, the indexer query's RoPE and rotation and its fp32 scores,
+    a row of ``s/4`` written per query and the visible ones read by the top-k; the query's
+    per-head norm ``2·a·d`` bf16 elements."""
     s, d, di = M.seq_length, M.head_dim, M.index_head_dim
     w4, w128 = 21 / 43, 20 / 43
     visible = (4 * 1024 * 1023 // 2 + 1024) / s
     want = (w4 * (4 * d + 2 * d / 4) * 2 + w128 * (2 * d + d / 128) * 2
-            + w4 * (4 * di + 2 * di / 4) * 2 + w4 * 4 * 64 * 128 * 2 + w4 * 2 * 4 * visible)
+            + w4 * (4 * di + 2 * di / 4) * 2 + w4 * 4 * 64 * 128 * 2
+            + w4 * 4 * (1024 + visible))
     assert dsv4_cost.sparse_bytes_per_token(M) == pytest.approx(want, rel=1e-12)
     assert dsv4_cost.query_norm_bytes_per_token(M) == 2 * 64 * 512 * 2
 

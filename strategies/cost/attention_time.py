@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import attention_counts, attention_fa1, attention_grid, cp_allgather
+from strategies.cost import attention_counts, attention_fa1, attention_grid, cp_allgather, dsv4_cost
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -86,7 +86,8 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
 ``attention_grid.allgather_factor``, and its reorders and accumulations,
 ``cp_allgather.copy_bytes_fwd``/``_bwd``; the
     sliding-window layers of a shape cuDNN times on the chip at its measured rate,
-    ``window_kernel``, ``_measured_window``)."""
+    ``window_kernel``, ``_measured_window``; for DeepSeek-V4 the indexer's and its loss's
+    kernels in the forward, ``dsv4_cost.dsa_time_fwd``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -119,6 +120,8 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
             * gpu.exp_seconds_offset()
         t_flash = t_flash + EXP_EXPOSED_FWD * t_exp
         t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
+    if m.is_dsv4:   # the indexer's and its loss's DSA kernels, in the forward only (§5.158)
+        t_flash = t_flash + dsv4_cost.dsa_time_fwd(m, b, tp, cp, f_flash, t_flash, hbm)
     if fw.fp8_attention:   # TE's MXFP8 fused attention: cuDNN's measured ratios, its casts
         k_f, k_b = (1.0, 1.0) if win is not None else fp8a.time_factors(m, gpu,
                                                                          m.seq_length / cp)

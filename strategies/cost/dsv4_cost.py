@@ -1,29 +1,34 @@
 """DeepSeek-V4's cost beyond ``ModelSpec.attention_linears`` (``strategies.model.dsv4``): the
-mean layer's compressors', indexers' and hyper-connections' GEMMs (``dsv4_gemms``, read by
+mean layer's compressors' and indexers' GEMMs (``dsv4_gemms``, read by
 ``gemm_shapes.layer_gemm_parts``), the attention core's attended keys (``mean_attended_keys``,
-read by ``attention_counts.mean_score_elements``) and the memory-bound passes of the
-indexer's top-k, the compressors' pooling and the hyper-connections' ``n`` residual streams
-(``elementwise_bytes_fwd``, read by ``elementwise_bytes.elementwise_bytes_fwd``). Units:
-elements, bytes; vectorised over the plan fields.
+read by ``attention_counts.mean_score_elements``), the indexer's and its loss's DSA kernels
+(``dsa_time_fwd``, read by ``attention_time.attention_time_fwd``) and the memory-bound passes
+of the indexer's top-k, the compressors' pooling and the hyper-connections' ``n`` residual
+streams (``elementwise_bytes_fwd``, read by ``elementwise_bytes.elementwise_bytes_fwd``).
+Units: elements, bytes, FLOPs, seconds; vectorised over the plan fields.
 
 Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_variant/csa.py``,
-``csa_utils/fused_sparse_attention.py``, ``transformer/hyper_connection.py``):
+``csa_utils/fused_sparse_attention.py``, ``transformer/hyper_connection.py``,
+``fusions/fused_mhc_kernels.py``):
 
 - the attention core: FlashMLA's sparse forward and cuDNN Frontend's DSA backward over the
   window and the selected compressed entries (``fused_csa_indexer_sparse_attn``): the keys
   of ``sparse_attention.attended_keys``, priced at the fused-attention rate of the catalog
-  (``attention_time``; FlashMLA publishes a prefill forward only, no training figure).
+  (``attention_time``; no public training figure of these kernels, docs/calibration.md
+  §5.158).
 - each compressed layer's ``Compressor``: ``wkv`` and ``wgate`` ``h -> c·d`` on every token
   (whole on each tensor-parallel rank), then a softmax-gated pooling of ``c·r`` rows into
   each entry: it reads both outputs (``2·c·d`` per token) and writes ``c·d/r``.
 - the ratio-4 layers' ``CSAIndexer``: ``wq_b`` ``q_lora_rank -> H_I·d_I``, ``weights_proj``
   ``h -> H_I``, its own compressor of ``d_I``; the scores, ``H_I`` products of ``d_I`` per
-  visible entry (``sparse_attention.indexer_scores``, a GEMM per indexer head here), written
-  as one fp32 score per query and entry and read back by the radix top-k.
+  visible entry in cuDNN's indexer kernel, written as an fp32 row per query and read back by
+  the radix top-k; the sparse KL loss's target, its eager passes and its backward kernel,
+  all in the forward (``dsa_flops_fwd_per_token``, ``loss_bytes_per_token``).
 - ``HyperConnectionModule`` around each of the two blocks: ``mapping_proj`` ``n·h -> n²+2n``
-  (fp32) and three fused passes over the ``n`` streams (the projection's norm, the
-  aggregation ``n -> 1``, the post-add ``1 -> n``), ``(4n + 2)·h`` bf16 elements per token
-  where a single residual stream's bias-dropout-add moves ``3h`` (``hc_bytes_per_token``).
+  (TF32, inside the norm's pass: ``hc_mapping_flop_per_byte``) and three fused passes over
+  the ``n`` streams (the projection's norm, the aggregation ``n -> 1``, the post-add
+  ``1 -> n``), ``(4n + 2)·h`` bf16 elements per token where a single residual stream's
+  bias-dropout-add moves ``3h`` (``hc_bytes_per_token``).
 - hash-routed layers compute no router logits (``moe/router.py`` l.208-244): the mean
   layer's router GEMM counts the learned-router layers only (``router_share``).
 """
@@ -75,15 +80,14 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     2·2·d_I``, Transformer Engine linears at the run's precision (``backend.linear()``,
     Megatron-Core ``experimental_attention_variant_module_specs.py`` l.110-175;
     ``row_parallel`` False); its ``weights_proj`` ``h -> H_I``, run with FP8 disabled
-    (``csa.py`` l.1592), the indexer's scores (``H_I`` GEMMs of ``K = d_I``
-    over the mean visible entries per query, cuDNN's 16-bit kernel) and the
-    hyper-connections' two ``n·h -> n²+2n`` mappings (fp32 in Megatron-Core, priced at the
-    16-bit rate), ``row_parallel`` None as the router; [] without ``compress_ratios``.
+    (``csa.py`` l.1592; ``row_parallel`` None as the router); [] without
+    ``compress_ratios``. Not GEMMs here: the indexer's scores, a cuDNN fused kernel priced
+    with its loss's (``dsa_flops_fwd_per_token``), and the hyper-connection mappings, whose
+    TF32 MMA runs inside the norm's pass over the streams (``HC_MAPPING_FLOP_PER_BYTE``).
     Forward FLOPs per token equal ``sparse_attention.sparse_flops_fwd_per_token``'s
-    ``compressor`` and ``indexer`` plus the mappings' (tests)."""
+    ``compressor`` and ``indexer`` less the scores (tests)."""
     if not m.is_dsv4:
         return []
-    from strategies.cost.sparse_attention import indexer_scores
     h, d, sh = m.hidden_size, m.head_dim, ratio_shares(m)
     out: list[tuple] = []
     for r, c in ((4, 2), (128, 1)):
@@ -92,12 +96,76 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     if sh[4]:
         hi, di = m.index_n_heads, m.index_head_dim
         out += [(sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
-                (sh[4], T, hi, h, None),            # weights_proj: FP8 disabled (l.1592)
-                (sh[4] * hi, T, indexer_scores(m) / m.seq_length, di, None)]
-    n = m.hc_streams
-    if n > 1:
-        out.append((2, T, n * n + 2 * n, n * h, None))
+                (sh[4], T, hi, h, None)]            # weights_proj: FP8 disabled (l.1592)
     return out
+
+
+def hc_mapping_flop_per_byte(m: ModelSpec) -> float:
+    """FLOPs the hyper-connection mapping's MMA does per byte of the ``n·h`` bf16 streams it
+    reads, ``n² + 2n`` (24 at ``n`` = 4): ``2·(n²+2n)`` per element. With ``use_fused_mhc``
+    (cuTile, Blackwell) the mapping and its RMS norm are one kernel (Megatron-Core
+    ``fusions/fused_mhc_kernels.py`` l.1460-1500: ``ct.mma`` on ``tfloat32`` tiles in the
+    norm's one pass over K), so its time is the read ``hc_bytes_per_token`` counts wherever
+    the chip's TF32 GEMM rate over its HBM rate exceeds this (tests: every catalog GPU with
+    TF32), and its backward (``_cutile_fused_compute_h_proj_rms_bwd``) the backward's read
+    of the streams and write of their gradient; not a GEMM in ``dsv4_gemms``."""
+    n = m.hc_streams
+    return 2.0 * (n * n + 2 * n) / ACT_BYTES
+
+
+def dsa_flops_fwd_per_token(m: ModelSpec, tp: Num = 1) -> dict[str, float]:
+    """FLOPs per token of the mean layer's cuDNN DSA kernels of the indexer and its loss, all
+    run in the forward pass (Megatron-Core ``csa_utils/fused_sparse_attention.py``,
+    ``FusedCSAIndexerSparseAttnFunc.forward``, with the recipe's
+    ``dsa_indexer_loss_coeff`` 0.01 and ``dsa_indexer_use_sparse_loss``), at the ratio-4
+    layers' share: ``scores``, the indexer's forward over every visible entry
+    (``indexer_forward_wrapper``, ``2·H_I·d_I`` each); ``teacher``, the attention's
+    ``QK^T`` recomputed over the selected compressed entries for the loss's target
+    (``sparse_attn_score_recompute_wrapper``, ``2·(a/tp)·d`` each); ``indexer_bwd``, the
+    loss's eager backward over the selected entries (``indexer_backward_wrapper``: the
+    scores recomputed, ``d_q`` and ``d_k``, ``3·2·H_I·d_I`` each). The backward pass runs
+    none of them (it scales the precomputed gradients); the selected entries per query are
+    ``sparse_attention.compressed_selected``'s mean."""
+    from strategies.cost.sparse_attention import compressed_selected, indexer_scores
+    sh = ratio_shares(m)[4]
+    if not m.is_dsv4 or not sh:
+        return {"scores": 0.0, "teacher": 0.0, "indexer_bwd": 0.0}
+    s, hd = m.seq_length, m.index_n_heads * m.index_head_dim
+    sel = compressed_selected(s, 4, m.index_topk) / s
+    return {"scores": sh * 2.0 * hd * indexer_scores(m) / s,
+            "teacher": sh * 2.0 * m.num_attention_heads / tp * m.head_dim * sel,
+            "indexer_bwd": sh * 3 * 2.0 * hd * sel}
+
+
+#: bytes per (query, top-k slot) the sparse indexer loss's eager PyTorch passes move in the
+#: forward, fp32 tensors of ``index_topk`` slots per query (``fused_sparse_attention.py``
+#: l.1591-1600 and ``_kl_loss_from_target_predict`` l.1172-1197, 4-byte indices): the
+#: predict's ``clamp`` (8) and ``long`` (12), ``gather`` (16), the mask (5) and ``where``
+#: (9), ``softmax`` (8); the KL's two ``clamp`` (16), two ``log`` (16), ``-`` (12), ``*``
+#: (12), ``sum`` (4) and ``row_valid`` (6); the two ``clone`` for the backward (16)
+LOSS_SLOT_BYTES = 8 + 12 + 16 + 5 + 9 + 8 + 16 + 16 + 12 + 12 + 4 + 6 + 16
+
+
+def loss_bytes_per_token(m: ModelSpec) -> float:
+    """HBM bytes per token of the indexer loss's eager passes in the mean layer's forward:
+    ``LOSS_SLOT_BYTES`` over the ``index_topk`` slots of each query of a ratio-4 layer, at
+    their share; 0 for another model."""
+    sh = ratio_shares(m)[4] if m.is_dsv4 else 0.0
+    return sh * LOSS_SLOT_BYTES * m.index_topk if sh else 0.0
+
+
+def dsa_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, core_flops: Num, core_s: Num,
+                 hbm: float) -> Num:
+    """Forward seconds per GPU of the indexer's and its loss's kernels of the mean layer
+    (0 for another model): ``dsa_flops_fwd_per_token`` on the ``b·s/cp`` tokens at the rate
+    the attention core's forward runs (``core_s`` seconds for ``core_flops``, as
+    ``attention_time`` priced it: the cuDNN DSA kernels gather the same keys), plus
+    ``loss_bytes_per_token`` at ``hbm`` bytes/s."""
+    if not m.is_dsv4:
+        return 0.0
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    f = sum(dsa_flops_fwd_per_token(m, tp).values())
+    return T * f * core_s / core_flops + T * loss_bytes_per_token(m) / hbm
 
 
 def hc_bytes_per_token(m: ModelSpec) -> float:
@@ -115,8 +183,10 @@ def sparse_bytes_per_token(m: ModelSpec) -> float:
     compressors' pooling (reads ``wkv`` and ``wgate``, ``2·c·d``, writes ``c·d/r``; the
     indexer's own of ``d_I`` too), the indexer's query RoPE and Hadamard rotation (each reads
     and writes ``H_I·d_I``; ``CSAIndexer.forward_before_topk``, ``csa.py`` l.1576-1588) and
-    its scores, written in fp32 and read by the top-k (``2·SCORE_BYTES`` per visible
-    entry, ``indexer_scores / s`` per token)."""
+    its scores in fp32: written for every one of the ``s/4`` compressed entries of each
+    query's row, ``-inf`` where masked (``_indexer_topk_core``, ``fused_sparse_attention.py``
+    l.930-935: ``(b, sq, sk)``), read by the radix top-k over the visible ones
+    (``indexer_scores / s`` per token)."""
     if not m.is_dsv4:
         return 0.0
     from strategies.cost.sparse_attention import indexer_scores
@@ -128,7 +198,7 @@ def sparse_bytes_per_token(m: ModelSpec) -> float:
     if not sh[4]:
         return pool
     query = 2 * 2 * m.index_n_heads * m.index_head_dim * ACT_BYTES
-    topk = 2 * SCORE_BYTES * indexer_scores(m) / m.seq_length
+    topk = SCORE_BYTES * (m.seq_length // 4 + indexer_scores(m) / m.seq_length)
     return pool + sh[4] * (query + topk)
 
 
