@@ -271,10 +271,3 @@ def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, 
     return {"mamba_seq": 2 * _B16 * sb * m.hidden_size,
             "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
 
-
-def mixer_saved_bytes(m: ModelSpec, b: Num, tp: Num, sp: Num, cp: Num = 1) -> Num:
-    """``saved_terms`` on one GPU: ``mamba_seq`` over ``tp`` under sequence parallelism,
-    ``mamba_tp`` over ``tp``, both over ``cp``."""
-    t = saved_terms(m, m.seq_length, 1)
-    shard = np.where(np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1), tp, 1)
-    return b * (t["mamba_seq"] / shard + t["mamba_tp"] / tp) / cp
