@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 PATTERN_KINDS = {"M": "mamba", "*": "attention", "-": "dense", "E": "moe"}
 #: The character of each kind (``of_kind`` views repeat it).
 KIND_CHARS = {k: c for c, k in PATTERN_KINDS.items()}
-HYBRID_KINDS = tuple(PATTERN_KINDS.values())
 MAMBA_FIELDS = ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
                 "mamba_conv_kernel", "mamba_chunk_size")
 
