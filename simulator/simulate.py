@@ -46,11 +46,6 @@ _GRAPHS: dict[str, Any] = {}
 TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 
-def cluster_graph(job: Job):
-    """``build_graph(job.cluster)``, kept for the next simulation of the same cluster."""
-    return graph_of(job.cluster)
-
-
 def graph_of(cluster: Cluster):
     """``build_graph(cluster)``, kept for the next simulation of the same cluster (the last
     four clusters; a search's workers build theirs before their first plan,
@@ -104,7 +99,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         spec = fold_spec(job, fold)
         programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                                costs=costs)
-        graph = cluster_graph(job)
+        graph = graph_of(job.cluster)
         net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
                           else None, network, record_load=link_series)
         net.count_bytes = not figures_only      # the figures read no link's bytes
