@@ -237,14 +237,16 @@ def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
               backward: bool = False) -> Num:
     """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its kernels'
     FLOPs at ``peak · attention_efficiency`` and their bytes at ``hbm`` (bytes/s,
-    ``usable_hbm``), over the kernels' measured fraction of that roofline at this grid
+    ``usable_hbm``; ``mamba_kernels.roofline_s``, the roofline its calibration reads), over the kernels' measured fraction of that roofline at this grid
     (``mamba_kernels.scan_factor``); the backward's eager passes and head-split partials
     (``ssd_eager_bytes_bwd``) at ``hbm``."""
-    from strategies.cost.mamba_kernels import scan_factor, sm_count
-    flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
+    from strategies.cost.mamba_kernels import roofline_s, scan_factor, sm_count
     s = tokens_per_gpu(1, m.seq_length, cp)
-    t = np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm) * scan_factor(
-        s, b, m.mamba_num_heads / np.asarray(tp, dtype=float), m.mamba_chunk_size, gpu)
+    roof = roofline_s(s, b, m.mamba_num_heads / tp, m.mamba_num_groups / tp, m.mamba_head_dim,
+                      m.mamba_state_dim, m.mamba_chunk_size, hbm,
+                      gpu.peak("bf16") * gpu.attention_efficiency, backward)
+    t = roof * scan_factor(s, b, m.mamba_num_heads / np.asarray(tp, dtype=float),
+                           m.mamba_chunk_size, gpu)
     if backward:
         t = t + ssd_eager_bytes_bwd(m, b, tp, cp, sm_count(gpu)) / hbm
     return t
