@@ -15,6 +15,7 @@ from strategies.flushes import flush_rules
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.job import expert_plan_ok
 from strategies.model import ModelSpec
+from strategies.model.dsv4 import plan_modelled
 from strategies.plan.checks import expert_shard_whole
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
@@ -120,8 +121,8 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     def mamba_ok(c):          # the rule mamba_mixer.check_hybrid_plan raises
         return mamba_plan_ok(model, c["cp"], c["rc"] == RECOMPUTE_CODE["op"])
 
-    def dsv4_ok(c):           # model.dsv4.refuse_cost's cp and unfused-path rules
-        return (c["cp"] == 1) & (c["flash"] != 0) if model.is_dsv4 else True
+    def dsv4_ok(c):           # the rule model.dsv4.refuse_cost raises
+        return plan_modelled(model, c["cp"], c["flash"])
 
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention
