@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine import core as engine
 from simulator.engine.gc_pause import paused_gc
@@ -42,11 +42,14 @@ from topologies.graph import build_graph
 from topologies.limits import MAX_SIM_MICROBATCHES
 from topologies.routing import route
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 _GRAPHS: dict[str, Any] = {}
 TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 
-def graph_of(cluster: Cluster):
+def graph_of(cluster: Cluster) -> "nx.DiGraph":
     """``build_graph(cluster)``, kept for the next simulation of the same cluster (the last
     four clusters; a search's workers build theirs before their first plan,
     ``simulator.search.executors``)."""
