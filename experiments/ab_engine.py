@@ -40,7 +40,7 @@ def main() -> None:
     job, fold = make(a.case)
     fs = sim.fold_spec(job, fold)
     programs = sim.compile_job(job, ranks=fs.reps, granularity="chunk")
-    graph = sim.cluster_graph(job)
+    graph = sim.graph_of(job.cluster)
     link_map = sim.make_link_map(job, fs.rep_of) if fs.folded else None
     spent: dict[str, list[float]] = {"other": [], "this": []}
     for _ in range(a.rounds):

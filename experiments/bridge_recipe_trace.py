@@ -32,9 +32,15 @@ _GRAPH_MODULES = re.compile(r"^    set_cuda_graph_modules\(cfg\.model,\s*(\[.*\]
 _CALL = re.compile(r"^    (?:cfg\s*=\s*)?(\w+)\(")
 
 
+def git_output(repo: str, *args: str) -> str:
+    """The standard output of ``git -C repo args...`` (``CalledProcessError`` if it fails)."""
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def git_show(repo: str, rev: str, path: str) -> str:
-    return subprocess.run(["git", "-C", repo, "show", f"{rev}:{path}"], capture_output=True,
-                          text=True, check=True).stdout
+    """The text of ``path`` at ``rev`` in ``repo``."""
+    return git_output(repo, "show", f"{rev}:{path}")
 
 
 def _functions(path: str, text: str) -> dict[str, tuple[str, int, list[str]]]:

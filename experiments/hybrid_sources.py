@@ -7,15 +7,10 @@ skip because the cost model had no Mamba layer.
 from __future__ import annotations
 
 import re
-import subprocess
 from typing import Any
 
+from experiments.bridge_recipe_trace import git_output
 from experiments.hybrid_models import model_entry
-
-
-def _git(repo: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                          check=True).stdout
 
 
 DGXC_TAG = "v25.05.05"
@@ -27,9 +22,9 @@ def dgxc_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]
     read with ``experiments/transcribe_dgxc.py``'s parser and rule (its ``NOT_MODELLED``
     skip of the family lifted: the model is stated here)."""
     from experiments import transcribe_dgxc as td
-    commit = _git(repo, "rev-parse", f"{DGXC_TAG}^{{commit}}").strip()
-    md = _git(repo, "show", f"{DGXC_TAG}:{DGXC_README}")
-    launch = _git(repo, "show", f"{DGXC_TAG}:nemotronh/launch.sh")
+    commit = git_output(repo, "rev-parse", f"{DGXC_TAG}^{{commit}}").strip()
+    md = git_output(repo, "show", f"{DGXC_TAG}:{DGXC_README}")
+    launch = git_output(repo, "show", f"{DGXC_TAG}:nemotronh/launch.sh")
     fw = re.search(r"FW_VERSION=(\S+)", launch)
     fw_version = fw.group(1) if fw else "not stated"
     tables = td.parse_tables(md)
@@ -109,10 +104,10 @@ def yaml_facts(text: str) -> tuple[dict[str, Any], list[str]]:
 def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """The Nemotron V3 rows of Automodel's pre-training table (its latest revision)."""
     from experiments.transcribe_automodel import _int, _number, pretraining_rows
-    commit = _git(repo, "log", "-1", "--format=%H", "HEAD", "--", AUTOMODEL_PATH).strip()
-    date = _git(repo, "log", "-1", "--format=%cI", commit).strip()[:10]
+    commit = git_output(repo, "log", "-1", "--format=%H", "HEAD", "--", AUTOMODEL_PATH).strip()
+    date = git_output(repo, "log", "-1", "--format=%cI", commit).strip()[:10]
     out, skipped = [], []
-    for row in pretraining_rows(_git(repo, "show", f"{commit}:{AUTOMODEL_PATH}")):
+    for row in pretraining_rows(git_output(repo, "show", f"{commit}:{AUTOMODEL_PATH}")):
         name = row["Model"]
         base = re.sub(r"\s*\(\d\d\.\d\d\)$", "", name)
         if base not in AUTOMODEL_MODELS:
@@ -124,7 +119,7 @@ def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, 
         mo, src = model_entry(key, seq)
         tok, step = _number(row["Tokens/sec/GPU"]), _number(row["Time per Global Step (s)"])
         cfg_path = f"examples/llm_benchmark/nemotron/{yaml}"
-        said, facts = yaml_facts(_git(repo, "show", f"{commit}:{cfg_path}"))
+        said, facts = yaml_facts(git_output(repo, "show", f"{commit}:{cfg_path}"))
         if (said.get("global_batch_size"), said.get("local_batch_size")) != (gbs, lbs):
             facts = [f"the config at {commit[:9]} runs another batch "
                      f"({said.get('global_batch_size')}, {said.get('local_batch_size')}): "

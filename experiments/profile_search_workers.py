@@ -26,6 +26,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strategies.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +45,7 @@ def init_worker(ctx: tuple) -> None:
     _STATE.update(init_cpu=time.process_time() - c0, init_end=time.time(), first=True)
 
 
-def run_in_worker(plan):
+def run_in_worker(plan: Plan) -> dict[str, Any]:
     """``executors._run_in_worker``, timed (in a worker; a module-level function, so that
     the pool can send it: the forked worker finds it in ``__main__``)."""
     c0, t0 = time.process_time(), time.time()

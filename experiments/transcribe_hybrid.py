@@ -36,7 +36,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.bridge_recipe_trace import git_show, literal, trace, workload_configs  # noqa: E402
+from experiments.bridge_recipe_trace import (git_output, git_show, literal, trace,  # noqa: E402
+                                              workload_configs)
 from experiments.hybrid_models import check_pattern, model_entry  # noqa: E402
 from experiments.hybrid_sources import automodel_entries, dgxc_entries  # noqa: E402
 from experiments.transcribe_heldout_2026b import BRIDGE_SYS  # noqa: E402
@@ -87,11 +88,6 @@ PRECISION = {"MXFP8": ("mxfp8", "fp8mx", "FP8_MX"), "NVFP4": ("nvfp4", "nvfp4", 
 STEP_HOW = "gbs x seq / (tokens/s/GPU x GPUs)"
 FORCED = ("NVIDIA force-balances the tokens among experts in these benchmarks, token-"
           "dropless (the page's footnote)")
-
-
-def _git(repo: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                          check=True).stdout
 
 
 def _cells(line: str) -> list[str]:
@@ -316,7 +312,7 @@ def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str
     commits = {}
     for container, path, tag, _ in CONTAINERS:
         md = git_show(repo, "HEAD", path)
-        commits[path] = _git(repo, "log", "-1", "--format=%h", "HEAD", "--", path).strip()
+        commits[path] = git_output(repo, "log", "-1", "--format=%h", "HEAD", "--", path).strip()
         for r in bridge_tables(md, container):
             k = layout_key(r)
             if k in seen:

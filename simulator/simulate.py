@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.engine import core as engine
 from simulator.engine.gc_pause import paused_gc
@@ -42,16 +42,14 @@ from topologies.graph import build_graph
 from topologies.limits import MAX_SIM_MICROBATCHES
 from topologies.routing import route
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 _GRAPHS: dict[str, Any] = {}
 TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 
-def cluster_graph(job: Job):
-    """``build_graph(job.cluster)``, kept for the next simulation of the same cluster."""
-    return graph_of(job.cluster)
-
-
-def graph_of(cluster: Cluster):
+def graph_of(cluster: Cluster) -> "nx.DiGraph":
     """``build_graph(cluster)``, kept for the next simulation of the same cluster (the last
     four clusters; a search's workers build theirs before their first plan,
     ``simulator.search.executors``)."""
@@ -104,7 +102,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         spec = fold_spec(job, fold)
         programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                                costs=costs)
-        graph = cluster_graph(job)
+        graph = graph_of(job.cluster)
         net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
                           else None, network, record_load=link_series)
         net.count_bytes = not figures_only      # the figures read no link's bytes

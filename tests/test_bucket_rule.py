@@ -141,7 +141,7 @@ def test_zero2_buffers_follow_each_stacks_bucket():
 
 def test_deepspeed_export_writes_the_bucket_the_job_was_priced_with():
     import json
-    from strategies.launch import deepspeed_config
+    from strategies.export.deepspeed import deepspeed_config
     cl = cluster_preset("dgx-h100", 1)
     plan = parse_plan("tp=1,pp=1,dp=8,mbs=1,gbs=8,zero=1,flash_attn=false")
     for fw, size in (("megatron-deepspeed", 500000000), ("megatron-core", 40000000)):

@@ -433,7 +433,7 @@ def test_resumed_search_sees_a_profile_measured_anew(tmp_path):
     """The results log of a search is keyed by the profile's measurements, not its path: a
     file measured again at the same path does not reuse stale simulations; a cluster
     without a profile keeps its key."""
-    from simulator.search.executors import context_hash
+    from simulator.search.results_file import context_hash
     (tmp_path / "c.yaml").write_text("preset: dgx-h100\ngpu: {profile: p.yaml}\n")
     keys = []
     for backend in (FakeBackend(), FakeBackend(gemm_scale=0.6)):

@@ -313,7 +313,8 @@ def test_heterogeneous_report(tmp_path):
 
 
 def test_megatron_export_of_uneven_stages():
-    from strategies.launch import deepspeed_config, megatron_args
+    from strategies.export.deepspeed import deepspeed_config
+    from strategies.launch import megatron_args
     from strategies.plan import parse_plan
     cl = parse_cluster_arg(MIXED)
     text, _ = megatron_args(_job(cl, parse_plan("tp=2,pp=2,layers_per_stage=17/7"), gbs=32))

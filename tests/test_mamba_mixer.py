@@ -135,11 +135,14 @@ def test_context_parallelism_refused_with_mamba_layers():
     mx.check_cp(model_preset("llama3-8b"), 2)
 
 
-def test_saved_bytes_shrink_with_tp_and_sp():
+def test_saved_terms_closed_form():
+    """One mixer layer, one sequence of 8192: the pre-norm's and in_proj's inputs (2·s·h
+    16-bit each, ``mamba_seq``) and zxBCdt, the scan's output and the norm's output
+    (``mamba_tp``); memory.layer_terms splits them (``mamba_seq`` by t only with SP)."""
     m = model_preset("nemotron-h-8b")
-    a = mx.mixer_saved_bytes(m, 1, 1, False)
-    assert a == 8192 * 2 * (2 * 4096 + m.mamba_in_proj_width + 2 * m.mamba_d_inner)
-    assert mx.mixer_saved_bytes(m, 1, 2, True) < mx.mixer_saved_bytes(m, 1, 2, False) < a
+    t = mx.saved_terms(m, 8192, 1)
+    assert t == {"mamba_seq": 8192 * 2 * 2 * 4096,
+                 "mamba_tp": 8192 * 2 * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
 
 
 def test_elementwise_bytes_copy_the_mixer_layout_only_with_several_sequences():

@@ -214,7 +214,8 @@ def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
 
 
 def test_launch_runs_torchrun_per_tray_with_the_precision_flags():
-    from strategies.launch import deepspeed_config, megatron_args
+    from strategies.export.deepspeed import deepspeed_config
+    from strategies.launch import megatron_args
     job = make_job(model_preset("llama3.1-70b"), parse_cluster_arg("gb200-nvl72:64"),
                    parse_plan("tp=8,pp=4,gbs=512"), dtype="nvfp4")
     cmd, _ = megatron_args(job)

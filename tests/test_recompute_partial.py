@@ -239,7 +239,7 @@ def test_uneven_stages_recompute_min_n_and_their_layers(gran):
 
 def test_deepspeed_export_checkpoints_uniform_groups_only():
     from strategies.errors import SpecError
-    from strategies.launch import deepspeed_config
+    from strategies.export.deepspeed import deepspeed_config
     base = "tp=1,pp=2,schedule=1f1b,recompute=full,recompute_layers=3"
     job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
                    parse_plan(base + ",recompute_method=uniform"), global_batch=16)

@@ -65,7 +65,7 @@ def test_kill_and_resume_loses_nothing_and_repeats_nothing(tmp_path):
 
 
 def test_a_torn_last_line_is_cut_on_resume(tmp_path):
-    from simulator.search.executors import ResultsLog
+    from simulator.search.results_file import ResultsLog
     f = tmp_path / "r.jsonl"
     good = json.dumps({"key": "a", "context": "c", "result": {"step_time_s": 1.0}})
     f.write_text(good + "\n" + '{"key": "b", "cont')

@@ -144,7 +144,7 @@ def test_deepspeed_export_follows_the_layout_rules():
     """--export deepspeed: the slots as partition_method's regex; a layout DeepSpeed's
     partition cannot give is refused with the stack's rule."""
     from strategies.job import make_job
-    from strategies.launch import deepspeed_config
+    from strategies.export.deepspeed import deepspeed_config
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1)
     job = make_job(m, cl, Plan(tp=1, pp=2, dp=4, mbs=1, gbs=16, zero=1,
                                account_embedding=True, account_loss=True))
@@ -163,7 +163,7 @@ def test_megatron_deepspeed_export_gives_megatron_tp_with_pipelining():
     its pipeline engine does not take, and the refusal names the stack that runs it."""
     import json
     from strategies.job import make_job
-    from strategies.launch import deepspeed_config
+    from strategies.export.deepspeed import deepspeed_config
     m, cl = model_preset("bloom-176b"), cluster_preset("dgx-a100", 48)
     plan = Plan(tp=4, pp=12, dp=8, mbs=2, gbs=2048, zero=1, recompute="full", flash_attn=False,
                 account_embedding=True, account_loss=True)   # 70 layers + 2 slots over 12

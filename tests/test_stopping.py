@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.search.executors import ResultsLog, context_hash
+from simulator.search.results_file import ResultsLog, context_hash
 from simulator.workers import GRACE_S, process_pool, terminate_pool
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator.search.executors import (Backfill, Cached, ResultsLog, context_hash,
-                                        make_executor, progress_printer)
+from simulator.search.executors import Backfill, make_executor, progress_printer
+from simulator.search.results_file import Cached, ResultsLog, context_hash
 from strategies.cost import flop_counts
 from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound

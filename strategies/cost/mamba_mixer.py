@@ -56,11 +56,26 @@ def check_tp(m: ModelSpec, tp: int) -> None:
                         "(Megatron-Core's MambaMixer splits heads and groups over tp)")
 
 
+def has_mamba(m: ModelSpec) -> bool:
+    """True where ``m`` has Mamba-2 layers (a hybrid pattern with an ``M``)."""
+    return bool(m.is_hybrid and m.layer_counts()["mamba"])
+
+
+def mamba_plan_ok(m: ModelSpec, cp: Num, op_recompute: Num) -> Num:
+    """True where context parallelism ``cp`` and op-level recomputation (``op_recompute``)
+    are modelled with ``m``'s Mamba-2 layers: ``cp == 1`` and no op-level recomputation
+    (True for a model without them). The rule ``check_cp`` and ``check_hybrid_plan`` raise
+    and the search's ``cp_seq`` mask applies. Vectorised."""
+    if not has_mamba(m):
+        return True
+    return (np.asarray(cp) == 1) & ~np.asarray(op_recompute, dtype=bool)
+
+
 def check_cp(m: ModelSpec, cp: int) -> None:
     """``SpecError`` for context parallelism over a model with Mamba layers: Megatron-Core runs
     it (``megatron/core/ssm/mamba_context_parallel.py``: all-to-alls that trade the sequence
     shard for a head shard around the conv and the scan) but it is not modelled here."""
-    if cp > 1 and m.is_hybrid and m.layer_counts()["mamba"]:
+    if not bool(mamba_plan_ok(m, cp, False)):
         raise SpecError("plan.cp", cp, f"{m.name} has Mamba-2 layers: their context "
                         "parallelism (Megatron-Core MambaContextParallel's all-to-alls) is not "
                         "modelled; use cp=1")
@@ -70,11 +85,11 @@ def check_hybrid_plan(m: ModelSpec, tp: int, cp: int, recompute: str) -> None:
     """The plan rules of a model with Mamba-2 layers: ``check_tp``, ``check_cp``, and no
     torchtitan op-level recomputation (its save list is written for attention and MLP
     GEMMs only)."""
-    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+    if not has_mamba(m):
         return
     check_tp(m, tp)
     check_cp(m, cp)
-    if recompute == "op":
+    if not bool(mamba_plan_ok(m, 1, recompute == "op")):
         raise SpecError("plan.recompute", recompute, f"{m.name} has Mamba-2 layers: op-level "
                         "recomputation (torchtitan's save list) is not modelled for them")
 
@@ -83,7 +98,7 @@ def tp_divides_mixer(m: ModelSpec, tp: Num) -> Num:
     """True where ``tp`` divides the mixer's heads and groups (``mamba_mixer.py`` l.262,
     l.270; True for a model without Mamba layers): the rule ``check_tp`` raises and the
     search's ``tp_heads`` mask applies. Vectorised."""
-    if not (m.is_hybrid and m.layer_counts()["mamba"]):
+    if not has_mamba(m):
         return np.ones_like(np.asarray(tp), dtype=bool)
     return (m.mamba_num_heads % np.asarray(tp) == 0) & (m.mamba_num_groups % np.asarray(tp) == 0)
 
@@ -237,14 +252,16 @@ def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
               backward: bool = False) -> Num:
     """Seconds of the SSD scan on one GPU, forward or ``backward``: the larger of its kernels'
     FLOPs at ``peak · attention_efficiency`` and their bytes at ``hbm`` (bytes/s,
-    ``usable_hbm``), over the kernels' measured fraction of that roofline at this grid
+    ``usable_hbm``; ``mamba_kernels.roofline_s``, the roofline its calibration reads), over the kernels' measured fraction of that roofline at this grid
     (``mamba_kernels.scan_factor``); the backward's eager passes and head-split partials
     (``ssd_eager_bytes_bwd``) at ``hbm``."""
-    from strategies.cost.mamba_kernels import scan_factor, sm_count
-    flops = ssd_flops(m, b, tp, cp, backward) / (gpu.peak("bf16") * gpu.attention_efficiency)
+    from strategies.cost.mamba_kernels import roofline_s, scan_factor, sm_count
     s = tokens_per_gpu(1, m.seq_length, cp)
-    t = np.maximum(flops, ssd_bytes(m, b, tp, cp, backward) / hbm) * scan_factor(
-        s, b, m.mamba_num_heads / np.asarray(tp, dtype=float), m.mamba_chunk_size, gpu)
+    roof = roofline_s(s, b, m.mamba_num_heads / tp, m.mamba_num_groups / tp, m.mamba_head_dim,
+                      m.mamba_state_dim, m.mamba_chunk_size, hbm,
+                      gpu.peak("bf16") * gpu.attention_efficiency, backward)
+    t = roof * scan_factor(s, b, m.mamba_num_heads / np.asarray(tp, dtype=float),
+                           m.mamba_chunk_size, gpu)
     if backward:
         t = t + ssd_eager_bytes_bwd(m, b, tp, cp, sm_count(gpu)) / hbm
     return t
@@ -271,10 +288,3 @@ def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, 
     return {"mamba_seq": 2 * _B16 * sb * m.hidden_size,
             "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
 
-
-def mixer_saved_bytes(m: ModelSpec, b: Num, tp: Num, sp: Num, cp: Num = 1) -> Num:
-    """``saved_terms`` on one GPU: ``mamba_seq`` over ``tp`` under sequence parallelism,
-    ``mamba_tp`` over ``tp``, both over ``cp``."""
-    t = saved_terms(m, m.seq_length, 1)
-    shard = np.where(np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1), tp, 1)
-    return b * (t["mamba_seq"] / shard + t["mamba_tp"] / tp) / cp

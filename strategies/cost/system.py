@@ -141,9 +141,10 @@ class SystemConfig:
             raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0, 1 or 2")
         if self.quantised_weights not in (0, 1):
             raise SpecError("quantised_weights", self.quantised_weights, "must be 0 or 1")
-        if self.quant_scope not in (0, 1):
-            raise SpecError("quant_scope", self.quant_scope,
-                            "must be 0 or a code of quant_scope.QUANT_SCOPES (1)")
+        from strategies.cost.quant_scope import QUANT_SCOPES
+        if self.quant_scope != 0 and self.quant_scope not in QUANT_SCOPES:
+            raise SpecError("quant_scope", self.quant_scope, "must be 0 or a code of "
+                            f"quant_scope.QUANT_SCOPES ({', '.join(map(str, QUANT_SCOPES))})")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

@@ -13,8 +13,7 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields
-from strategies.hf_config.gpt_oss import _number
-from strategies.hf_config.reading import get_bool, get_int, refuse_unread
+from strategies.hf_config.reading import get_bool, get_int, open_number, refuse_unread
 from strategies.model.dsv4 import RATIO_KINDS
 
 #: DeepSeek-V4's router scores (``scoring_func``) and top-k methods (``topk_method``).
@@ -77,7 +76,7 @@ def read_deepseek_v4(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         hc_streams=get_int(cfg, "hc_mult", 1), num_hash_layers=num_hash_layers(cfg),
         num_nextn_predict_layers=mtp, router_bias=True, attention_sinks=True)
     if cfg.get("swiglu_limit"):
-        args["activation_clamp"] = _number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
+        args["activation_clamp"] = open_number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
     if heads * head % args["o_groups"]:
         raise SpecError("o_groups", args["o_groups"], f"must divide num_attention_heads·"
                         f"head_dim = {heads * head}")

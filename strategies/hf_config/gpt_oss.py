@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields, windows
-from strategies.hf_config.reading import get_int, refuse_unread
+from strategies.hf_config.reading import get_int, open_number, refuse_unread
 from strategies.model import yarn_attention_factor
 
 
@@ -32,13 +32,6 @@ def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     return args
 
 
-def _number(key: str, v: Any, lo: float, hi: float) -> float:
-    """A float field in ``(lo, hi)`` (a bool or a string is refused by name)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:
-        raise SpecError(key, v, f"must be a number in ({lo:g}, {hi:g})")
-    return float(v)
-
-
 def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """gpt-oss's clamped activation (``swiglu_limit``: ``activation_clamp``) and YaRN RoPE
     (``rope_scaling`` of ``rope_type`` yarn: ``rope_attention_factor``, its
@@ -46,7 +39,7 @@ def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     and ``mscale_all_dim``); absent: neither."""
     out: dict[str, Any] = {}
     if cfg.get("swiglu_limit") is not None:
-        out["activation_clamp"] = _number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
+        out["activation_clamp"] = open_number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
     rs = cfg.get("rope_scaling")
     if rs is None:
         return out
@@ -56,11 +49,11 @@ def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if kind != "yarn":
         raise SpecError("rope_scaling.rope_type", kind, "must be 'yarn' for model_type=gpt_oss")
     if rs.get("attention_factor") is not None:
-        out["rope_attention_factor"] = _number("rope_scaling.attention_factor",
+        out["rope_attention_factor"] = open_number("rope_scaling.attention_factor",
                                                rs["attention_factor"], 0.0, 1e3)
         return out
-    factor = _number("rope_scaling.factor", rs.get("factor", 1.0), 0.0, 1e6)
-    ms = [None if rs.get(k) is None else _number(f"rope_scaling.{k}", rs[k], -1e3, 1e3)
+    factor = open_number("rope_scaling.factor", rs.get("factor", 1.0), 0.0, 1e6)
+    ms = [None if rs.get(k) is None else open_number(f"rope_scaling.{k}", rs[k], -1e3, 1e3)
           for k in ("mscale", "mscale_all_dim")]
     out["rope_attention_factor"] = yarn_attention_factor(factor, *ms)
     return out

@@ -66,10 +66,14 @@ def _spelled(cfg: Mapping[str, Any], pattern_key: str, blocks_key: str) -> Any:
 
 
 def _pattern(cfg: Mapping[str, Any]) -> str:
+    """The main pattern (``_spelled``), refused by name where absent or not a string."""
     p = _spelled(cfg, "hybrid_override_pattern", "layers_block_type")
-    if not isinstance(p, str) or not p:
+    if p is None:
         raise SpecError("hybrid_override_pattern", p, "is required in a nemotron_h config.json "
                         "(one of M, *, -, E per layer)")
+    if not isinstance(p, str) or not p:
+        raise SpecError("hybrid_override_pattern", p, "must be a non-empty string of M, *, -, "
+                        "E (one per layer)")
     return p
 
 

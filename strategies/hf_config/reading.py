@@ -52,9 +52,18 @@ def get_int(cfg: Mapping[str, Any], key: str, default: Any = ..., lo: int = 1) -
 
 
 def get_bool(cfg: Mapping[str, Any], key: str) -> bool:
+    """A boolean field of the config (absent or null: False; anything but a bool refused)."""
     v = cfg.get(key, False)
     return False if v is None else check_bool(key, v)
 
+
+
+def open_number(key: str, v: Any, lo: float, hi: float) -> float:
+    """A float field in the open interval ``(lo, hi)`` (a bool or a string is refused by
+    name)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:
+        raise SpecError(key, v, f"must be a number in ({lo:g}, {hi:g})")
+    return float(v)
 
 def _neutral(v: Any) -> bool:
     return v is None or v is False or v == 0 or v == [] or v == {}

@@ -10,12 +10,16 @@ gradient copy). ``rank_components.memory_component_arrays`` reads both.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from strategies.cost.quantise import weight_copy_bytes
+from strategies.cost.token_counts import Num
 from strategies.cost.system import SystemConfig
 from strategies.memory import deepspeed_zero as dsz
 from strategies.stacks.comm_rules import grad_sync_once
+from topologies.gpus import GPU
 
 
 def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
@@ -49,9 +53,10 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     return params, grads, opt
 
 
-def layer_state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
-                                optimizer_bytes: float, dtype: str, gpu=None,
-                                quantised_weights: float = 0.0, **fs):
+def layer_state_bytes_per_param(zero: np.ndarray, d: Num, param_bytes: float,
+                                grad_bytes: float, optimizer_bytes: float, dtype: str,
+                                gpu: GPU | None = None, quantised_weights: float = 0.0,
+                                **fs: Any) -> tuple[Num, Num, Num]:
     """(params, grads, optimizer) bytes per parameter of a layer's GEMM weight with ``d``
     data-parallel ranks sharing its states (arrays): ``state_bytes_per_param`` (``fs``: its
     ``fsdp2``, ``pp``, ``master_bytes``, ``weight_copies``) and, in low precision, the
@@ -82,9 +87,10 @@ def layer_state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     return params + q, grads, opt
 
 
-def layer_state_parts(zero, d, param_bytes: float, grad_bytes: float,
-                      optimizer_bytes: float, dtype: str, gpu=None,
-                      quantised_weights: float = 0.0, **fs):
+def layer_state_parts(zero: np.ndarray, d: Num, param_bytes: float, grad_bytes: float,
+                      optimizer_bytes: float, dtype: str, gpu: GPU | None = None,
+                      quantised_weights: float = 0.0, **fs: Any
+                      ) -> tuple[tuple[Num, Num, Num], Num]:
     """``layer_state_bytes_per_param`` in two parts: ``((params, grads, optimizer), q)``, the
     states without the quantised copies (no 16-bit weight below ZeRO-3 where
     ``quantised_weights``) and the copies' bytes per parameter ``q`` (0 at ZeRO-3)."""

@@ -29,7 +29,9 @@ Megatron-Bridge maps the HF checkpoint (``models/deepseek/deepseek_v4_bridge.py`
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from strategies.errors import SpecError
 
@@ -159,6 +161,15 @@ def check_dsv4(spec: "ModelSpec") -> None:
                                 "layer (compress_ratios value 4: the indexer)")
 
 
+def plan_modelled(model: "ModelSpec", cp: Any, flash: Any) -> Any:
+    """True where DeepSeek-V4's cost models a plan's context parallelism ``cp`` and attention
+    path ``flash``: ``cp == 1`` and the fused path (True for another model). The rule
+    ``refuse_cost`` raises and the search's ``cp_seq`` mask applies. Vectorised."""
+    if not model.is_dsv4:
+        return True
+    return (np.asarray(cp) == 1) & np.asarray(flash).astype(bool)
+
+
 def refuse_cost(model: "ModelSpec", cp: int = 1, flash: bool = True,
                 fp8_attention: bool = False) -> None:
     """``SpecError`` for what DeepSeek-V4's cost (``strategies.cost.dsv4_cost``) does not
@@ -170,9 +181,9 @@ def refuse_cost(model: "ModelSpec", cp: int = 1, flash: bool = True,
     if not model.is_dsv4:
         return
     why = " is not modelled for DeepSeek-V4's compressed sparse attention"
-    if cp > 1:
+    if not bool(plan_modelled(model, cp, True)):
         raise SpecError("cp", cp, "context parallelism (Megatron-Core's _forward_thd_cp)" + why)
-    if not flash:
+    if not bool(plan_modelled(model, 1, flash)):
         raise SpecError("flash_attn", flash, "the unfused path (use_fused_kernels off)" + why)
     if fp8_attention:
         raise SpecError("fp8_attention", fp8_attention, "FP8 attention" + why)

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 PATTERN_KINDS = {"M": "mamba", "*": "attention", "-": "dense", "E": "moe"}
 #: The character of each kind (``of_kind`` views repeat it).
 KIND_CHARS = {k: c for c, k in PATTERN_KINDS.items()}
-HYBRID_KINDS = tuple(PATTERN_KINDS.values())
 MAMBA_FIELDS = ("mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
                 "mamba_conv_kernel", "mamba_chunk_size")
 
@@ -60,14 +59,14 @@ class HybridShapes:
         share of ``*`` layers (a cost term of the attention block is multiplied by it)."""
         if not self.is_hybrid:
             return 1.0
-        return self.hybrid_pattern.count("*") / self.num_layers
+        return self.hybrid_pattern.count(KIND_CHARS["attention"]) / self.num_layers
 
     @property
     def mamba_share(self) -> float:
         """Mamba-2 mixers per layer of the mean layer (0 for a transformer)."""
         if not self.is_hybrid:
             return 0.0
-        return self.hybrid_pattern.count("M") / self.num_layers
+        return self.hybrid_pattern.count(KIND_CHARS["mamba"]) / self.num_layers
 
     @property
     def mlp_share(self) -> float:
@@ -95,8 +94,7 @@ class HybridShapes:
     @property
     def mamba_in_proj_width(self) -> int:
         """Outputs of ``in_proj``: z, x, B, C, dt, ``2·d_inner + 2·G·N + H``."""
-        return (2 * self.mamba_d_inner + 2 * self.mamba_num_groups * self.mamba_state_dim
-                + self.mamba_num_heads)
+        return self.mamba_conv_dim + self.mamba_d_inner + self.mamba_num_heads
 
     def mamba_linears(self) -> tuple[tuple[str, int, int, str], ...]:
         """The mixer's two linears as ``ParamCounts.attention_linears`` gives attention's:

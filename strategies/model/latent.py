@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
+from strategies.model.hybrid import KIND_CHARS, PATTERN_KINDS
 
 if TYPE_CHECKING:
     from strategies.model.spec import ModelSpec
@@ -49,7 +50,6 @@ class LatentMtp:
         ``mtp_hybrid_pattern`` (``hybrid.PATTERN_KINDS``), else DeepSeek-V3's one transformer
         layer, ``moe`` when the model has experts, else ``dense``."""
         if self.mtp_hybrid_pattern:
-            from strategies.model.hybrid import PATTERN_KINDS
             return tuple(PATTERN_KINDS[c] for c in self.mtp_hybrid_pattern)
         return ("moe" if self.is_moe else "dense",)
 
@@ -72,7 +72,7 @@ class LatentMtp:
         a transformer's, the ``*`` of ``mtp_hybrid_pattern`` in a hybrid model's."""
         if not self.is_hybrid:
             return 1
-        return (self.mtp_hybrid_pattern or "").count("*")
+        return (self.mtp_hybrid_pattern or "").count(KIND_CHARS["attention"])
 
 
 def check_latent_mtp(spec: "ModelSpec") -> None:

@@ -15,8 +15,7 @@ Modules (imports point one way: ``choices`` <- ``checks``, ``recompute_fields`` 
 * ``checks``: the rules of its fields (MoE factors, drop-and-pad, hybrid sharding with
   ``expert_shard_whole``, uneven stages, layout switches, per-group micro-batches) and
   ``int_limit``;
-* ``recompute_fields``: ``parse_modules``, the partial-recomputation rule,
-  ``selective_modules``;
+* ``recompute_fields``: ``parse_modules``, the partial-recomputation rule;
 * ``parse``: ``parse_plan``, ``plan_mapping``, ``plan_from_mapping``, ``coerce``,
   ``parse_layers``, ``ALIAS`` (Megatron's long names), ``tp_overlap_default``.
 

@@ -1,11 +1,11 @@
 """A plan's recomputation fields: ``recompute_modules`` parsed (``parse_modules``), the rule of
 partial recomputation (``check_partial_recompute``: ``recompute_layers``, ``recompute_method``,
-``recompute_modules``) and the modules a plan recomputes selectively (``selective_modules``)."""
+``recompute_modules``)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strategies.cost.recompute import DEFAULT_MODULES, METHODS, MODULES
+from strategies.cost.recompute import METHODS, MODULES
 from strategies.errors import SpecError
 from topologies.limits import MAX_LAYERS, check_int
 
@@ -62,10 +62,3 @@ def parse_modules(value: Any) -> tuple[str, ...]:
     raise SpecError("recompute_modules", value, f"must be module names joined by ',', from "
                     f"{', '.join(MODULES)}")
 
-
-def selective_modules(p: Plan) -> tuple[str, ...]:
-    """The modules a plan recomputes selectively: its ``recompute_modules``, or Megatron-Core's
-    default (``core_attn``) for ``recompute=selective``; () otherwise."""
-    if p.recompute != "selective":
-        return ()
-    return p.recompute_modules if p.recompute_modules is not None else DEFAULT_MODULES

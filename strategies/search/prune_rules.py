@@ -9,11 +9,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies.cost.mamba_mixer import mamba_plan_ok, tp_divides_mixer
 from strategies.cost.recompute import modules_mask
 from strategies.flushes import flush_rules
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.job import expert_plan_ok
 from strategies.model import ModelSpec
+from strategies.model.dsv4 import plan_modelled
 from strategies.plan.checks import expert_shard_whole
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
@@ -59,7 +61,6 @@ RULES: tuple[tuple[str, str], ...] = (
 def tp_divides_heads(model: ModelSpec, tp):
     """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads (and a
     hybrid model's Mamba-2 heads and groups, ``mamba_mixer.tp_divides_mixer``). Vectorised."""
-    from strategies.cost.mamba_mixer import tp_divides_mixer
     ok = (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
     return ok & tp_divides_mixer(model, tp) if model.is_hybrid else ok
 
@@ -116,15 +117,12 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     default = schedule_code(DEFAULT_SCHEDULE)
 
     core = modules_mask(("core_attn",))
-    has_mamba = model.is_hybrid and bool(model.layer_counts()["mamba"])
 
-    def mamba_ok(c):          # mamba_mixer.check_hybrid_plan's cp and recompute rules
-        if not has_mamba:
-            return True
-        return (c["cp"] == 1) & (c["rc"] != RECOMPUTE_CODE["op"])
+    def mamba_ok(c):          # the rule mamba_mixer.check_hybrid_plan raises
+        return mamba_plan_ok(model, c["cp"], c["rc"] == RECOMPUTE_CODE["op"])
 
-    def dsv4_ok(c):           # model.dsv4.refuse_cost's cp and unfused-path rules
-        return (c["cp"] == 1) & (c["flash"] != 0) if model.is_dsv4 else True
+    def dsv4_ok(c):           # the rule model.dsv4.refuse_cost raises
+        return plan_modelled(model, c["cp"], c["flash"])
 
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention

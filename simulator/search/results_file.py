@@ -1,0 +1,141 @@
+"""The results file (JSON lines) that makes a search resumable, and ``Cached``, the executor
+wrapper that serves plans from it (``simulator.search.executors`` runs the others).
+
+Results file: one line per finished simulation, written and flushed as it arrives::
+
+    {"key": "tp=8,pp=8,dp=16,…", "context": "<hash of model, cluster, batch, dtype>",
+     "result": {"step_time_s": …, …}}
+
+``--resume`` reads it back (a torn last line, from a kill mid-write, is dropped and cut off),
+refuses lines from another search (another context), and serves those plans from the file:
+nothing finished is lost, nothing is simulated twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from typing import Callable
+
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from topologies.cluster import Cluster
+from topologies.gpu_profile import profile_to_mapping
+
+
+def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
+                 framework: str | None = None, exact: bool = False,
+                 system: SystemConfig | None = None) -> str:
+    """What a stored result depends on besides its plan (``framework``: the named stack;
+    ``exact``: simulated in full; ``system`` only when it is not ``DEFAULT_SYSTEM``, so older
+    results files still match)."""
+    ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    profiles = [profile_to_mapping(g.gpu.profile) for g in cluster.groups
+                if g.gpu.profile is not None]
+    if profiles:   # the measurements, not just the file's path (a profile measured anew)
+        ctx["gpu_profiles"] = profiles
+    if framework:
+        ctx["framework"] = framework
+    if exact:
+        ctx["exact"] = True
+    if system is not None and system != DEFAULT_SYSTEM:
+        ctx["system"] = asdict(system)
+    blob = json.dumps(ctx, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ResultsLog:
+    """Append-only JSON lines of finished simulations (see the module docstring)."""
+
+    def __init__(self, path: str, context: str, resume: bool) -> None:
+        self.path, self.context = path, context
+        self.done: dict[str, dict] = {}
+        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        if exists and not resume:
+            raise SpecError("--results", path, "already holds results: pass --resume to "
+                            "continue that search, or choose another file")
+        d = os.path.dirname(os.path.abspath(path)) or "."
+        if not os.path.isdir(d):
+            raise SpecError("--results", path, f"directory {d} does not exist")
+        if exists:
+            self._load()
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _load(self) -> None:
+        with open(self.path, "rb") as f:
+            data = f.read()
+        good = data.rfind(b"\n") + 1           # a torn last line (killed mid-write) is cut
+        if good < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        for n, line in enumerate(data[:good].decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                key, ctx, res = rec["key"], rec["context"], rec["result"]
+            except (ValueError, KeyError, TypeError):
+                raise SpecError("--results", f"{self.path}:{n}", "is not a results line "
+                                "(JSON with key, context, result)") from None
+            if ctx != self.context:
+                raise SpecError("--results", self.path, "holds results of another search "
+                                "(model, cluster, batch or dtype differ): use another file")
+            self.done[key] = res
+
+    def write(self, key: str, result: dict) -> None:
+        """Append one whole line in one ``os.write`` (a regular file takes it whole; a kill
+        mid-line leaves a torn tail that ``--resume`` cuts off)."""
+        data = (json.dumps({"key": key, "context": self.context, "result": result},
+                           separators=(",", ":")) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Cached:
+    """Serves plans already in ``log`` at once and records the others as they finish."""
+
+    def __init__(self, inner, keys: Callable[[int], str], log: ResultsLog | None) -> None:
+        self.inner, self.keys, self.log = inner, keys, log
+        self.capacity = inner.capacity
+        self.ready: list[int] = []
+        self.results: dict[int, dict] = {}
+        self.reused = self.simulated = 0
+
+    def submit(self, index: int) -> None:
+        if self.log is not None and self.keys(index) in self.log.done:
+            self.ready.append(index)
+        else:
+            self.inner.submit(index)
+
+    def wait(self) -> list[tuple[int, float]]:
+        if self.ready:
+            out = []
+            for i in self.ready:
+                self.results[i] = self.log.done[self.keys(i)]
+                out.append((i, float(self.results[i]["step_time_s"])))
+            self.reused += len(self.ready)
+            self.ready = []
+            return out
+        out = self.inner.wait()
+        self.simulated += len(out)
+        for i, _ in out:
+            self.results[i] = self.inner.results[i]
+            if self.log is not None:
+                self.log.write(self.keys(i), self.results[i])
+        return out
+
+    def close(self, abort: bool = False) -> None:
+        """End the executor (``abort``: now, losing running work) and close the log, which
+        holds only whole lines of finished simulations either way."""
+        try:
+            self.inner.close(abort)
+        finally:
+            if self.log is not None:
+                self.log.close()
