@@ -76,6 +76,7 @@ class SimNetwork(FlowNetwork):
         if scale:
             eff = np.array([edge_efficiency(u, v) for u, v in self.edges] + [1.0])
             self._capacity = self._capacity * eff
+            self._capacity.flags.writeable = False   # (as in Routes: the memo's key)
         self.link_map = link_map
         self._solo = np.zeros(len(self.edges) + 1)   # bytes moved in closed form, per link
         self._solo_due: list = []    # (link indices, bytes) counted but not yet added to _solo

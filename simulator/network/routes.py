@@ -48,6 +48,7 @@ class RouteTable:
         self.edges = list(graph.edges)
         self._edge_index = {e: i for i, e in enumerate(self.edges)}
         self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
+        self._capacity.flags.writeable = False   # read-only: maxmin's memo keys on its identity
         self._pad = len(self.edges)
         self._routes: dict = {}
 
