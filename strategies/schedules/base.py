@@ -152,7 +152,10 @@ class Schedule(Placement, OrderFigures, ClosedForms, RuleChecks):
     def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
                 group_size: int | None = None) -> list:
         """The steps with the blocking exchanges between them (default: each step receives
-        its input just before it and sends its output just after it)."""
+        its input just before it and sends its output just after it). A registered schedule's
+        actions must depend on these arguments only: the simulator's compiler keeps them per
+        argument tuple for the process (``compiler._actions``); a schedule whose order needs
+        the job's times is bound by ``for_job`` and not kept."""
         from strategies.schedules.exchanges import Boundary, around_each_step
         steps = self.steps(stage, pp, m, vpp, group_size)
         if pp == 1:
