@@ -2,9 +2,13 @@
 and charged per overlap window (``SystemConfig.comm_sm_share`` = 1 on every row,
 ``strategies.cost.sm_share.overlap_extra``; docs/calibration.md §5.152, §5.156): per file the MAPE off → on, per stack the mean signed error,
 and per file and stack how many rows move toward and away from their measurement. In
-process, analytic only (about 30 s).
+process, analytic only (about 30 s). ``--sim``: instead, ``published.json``'s rows of
+``--tiers`` (default 1) estimated and simulated (folded, as ``validate``) with the switch
+off and on in every row's job (the simulator charges the same SMs,
+``simulator.engine.sm_hold``, docs/calibration.md §5.159): both MAPEs off → on (minutes).
 
     python experiments/sm_share_rows.py [--share 1.0] [--tiers 1] [--rows]
+    python experiments/sm_share_rows.py --sim [--tiers 1] [--jobs 2]
 """
 from __future__ import annotations
 
@@ -43,6 +47,31 @@ def share_on(share: float) -> Iterator[None]:
         analytic.charged_sms = orig
 
 
+def switched(cases: list, share: float) -> list:
+    """``cases`` with ``comm_sm_share = share`` in each job's ``system`` (estimate and
+    simulator alike read it there)."""
+    return [c if c.job is None else replace(c, job=replace(
+        c.job, system=replace(get_system(c.job.system), comm_sm_share=share))) for c in cases]
+
+
+def sim_main(share: float, tiers: Any, jobs: int, rows: bool = False) -> None:
+    """``--sim``: ``published.json``'s rows of ``tiers``, estimated and simulated with the
+    switch off and on; each MAPE off → on (``rows``: and each row's errors)."""
+    cases = load_cases(os.path.join(ROOT, "strategies/reference/data/published.json"),
+                       tiers=tiers)
+    runs = [validate_cases(switched(cases, s), simulate=True, jobs=jobs) for s in (0.0, share)]
+    for key in ("analytic_error_pct", "simulated_error_pct"):
+        ok = [i for i, r in enumerate(runs[0]) if r[key] is not None and runs[1][i][key] is not None]
+        off, on = ([runs[k][i][key] for i in ok] for k in (0, 1))
+        print(f"published.json {key:20} runs {len(ok):4d}  MAPE {mape(off):6.2f} -> {mape(on):6.2f} %")
+    if rows:
+        for r0, r1 in zip(*runs):
+            if r0["simulated_error_pct"] is not None:
+                print(f"    {r0['id']:58} est {r0['analytic_error_pct']:+6.1f} -> "
+                      f"{r1['analytic_error_pct']:+6.1f}  sim {r0['simulated_error_pct']:+6.1f}"
+                      f" -> {r1['simulated_error_pct']:+6.1f} %")
+
+
 def file_rows(path: str, tiers: Any = None) -> list[dict[str, Any]]:
     """The validated (not skipped) rows of one reference file in ``tiers`` (None: every
     tier), analytic only."""
@@ -55,7 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--share", type=float, default=1.0, help="comm_sm_share when on (default 1)")
     ap.add_argument("--tiers", default="all", help="comma-separated tiers, or 'all' (default)")
     ap.add_argument("--rows", action="store_true", help="list every row that moves")
+    ap.add_argument("--sim", action="store_true",
+                    help="published.json's --tiers (default 1) estimated and simulated")
+    ap.add_argument("--jobs", type=int, default=2, help="simulation processes with --sim")
     a = ap.parse_args(argv)
+    if a.sim:
+        sim_main(a.share, parse_tiers("1" if a.tiers == "all" else a.tiers), a.jobs, a.rows)
+        return
     tiers = parse_tiers(a.tiers)
     toward = away = total = 0
     held_off: list[float] = []

@@ -30,6 +30,7 @@ from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
 from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
+from strategies.cost.system import get_system
 from strategies.cost import flop_counts
 from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.cost.stage import StageCosts
@@ -108,7 +109,8 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         net.count_bytes = not figures_only      # the figures read no link's bytes
         try:
             res = engine.run(programs, net=net, free_comm=free_comm,
-                             num_ranks=len(spec.rep_of), rank_map=spec.rank_map())
+                             num_ranks=len(spec.rep_of), rank_map=spec.rank_map(),
+                             sm_of=sms_of(job, programs))
             res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
         finally:
             net.close()         # its reference cycles, else garbage for the collector
@@ -118,6 +120,15 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def sms_of(job: Job, ranks) -> dict[int, int] | None:
+    """Each simulated rank's SM count where ``job.system.comm_sm_share`` charges the SMs
+    in-flight collectives hold (``simulator.engine.sm_hold``; 0 for a GPU without one), else
+    None (not charged: the engine as it was)."""
+    if not get_system(job.system).comm_sm_share:
+        return None
+    return {r: job.cluster.gpu_of_rank(r).sm_count or 0 for r in ranks}
 
 
 def _flushed(one: SimResult, k: int) -> SimResult:

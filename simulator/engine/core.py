@@ -10,7 +10,10 @@ in order), then runs its algorithm (``simulator.engine.collectives``) over the n
 it contends with all other traffic. The network is any
 ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair sharing;
 ``contention-free``: every transfer as if alone); the engine uses only that interface. A run
-that ends with ops still waiting raises ``DeadlockError`` naming them.
+that ends with ops still waiting raises ``DeadlockError`` naming them. With ``sm_of``
+(``SystemConfig.comm_sm_share`` on) a compute op runs at ``(sm − k)/sm`` of its rate while its
+rank's collectives holding ``k`` SMs (``Collective.sms``) are in flight, its end moved at each
+change of ``k`` (``sm_hold``; one entry per op then, no runs); without it nothing changes.
 
 Events at one instant (issue 17): the engine keeps SimPy's queue and its order (time,
 priority, then scheduling order) but gives many ops one entry: a run of compute ops that
@@ -40,6 +43,7 @@ from simulator.engine.channels import exclusive_channels
 from simulator.engine.collectives import CollectiveRunner, CollectiveRun
 from simulator.engine.deadlock import check_finished
 from simulator.engine.gc_pause import paused_gc
+from simulator.engine.sm_hold import SmHold
 from simulator.engine.streams import (CODE, COMPUTE, RECV, SEND, Rendezvous, Shape, Stream,
                                       new_record)
 from simulator.program.ops import Collective, Program, Send
@@ -68,7 +72,8 @@ class Engine:
     the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
-                 node_of: Callable = lambda r: r, record: bool = True) -> None:
+                 node_of: Callable = lambda r: r, record: bool = True,
+                 sm_of: dict[int, int] | None = None) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
@@ -105,6 +110,11 @@ class Engine:
         # entries due now that only this loop takes (collective runs): per priority (SimPy's
         # URGENT 0, NORMAL 1) (sequence number, run) in the order queued (``_loop``)
         self.lanes = net.env.lanes = (deque(), deque())
+        # (time, class, op) -> the streams whose compute ops end then (``_loop``)
+        self.ends: dict[tuple, list[Stream]] = {}
+        # the SMs collectives hold, taken from the compute beside them (``sm_hold``): only
+        # with ``sm_of`` (``SystemConfig.comm_sm_share`` on)
+        self.smh = SmHold(sm_of, self.ends, self.env) if sm_of else None
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
@@ -145,7 +155,7 @@ class Engine:
         seq = self.seq
         urgent, normal = self.lanes
         popleft, pop, push = ready.popleft, heappop, heappush
-        ends: dict[tuple, list[Stream]] = {}      # (time, class, op) -> streams ending then
+        ends, smh = self.ends, self.smh
         records = self.records if self.record else None
         put = records.append if records is not None else None
         steps = 0
@@ -162,6 +172,10 @@ class Engine:
                     st.start = now
                     code, op = codes[i], ops[i]
                     if code == COMPUTE:
+                        if smh is not None:     # its end moves with the SMs held (sm_hold)
+                            st.last = i
+                            smh.start(st, i, op.seconds, now)
+                            break
                         # a timeout without an event: the stream itself (``_loop`` below). The
                         # compute ops after it that nothing waits on and whose dependencies are
                         # done end with the same entry: their ends are the same sums (issue 17)
@@ -246,8 +260,12 @@ class Engine:
                     exc.__cause__ = ev._value
                     raise exc
                 continue
+            if not ev:                 # every op of it moved (``sm_hold``): nothing ends
+                continue
             st = ev[0]
             del ends[(now, st.cls, st.idx)]
+            if smh is not None:
+                smh.ended(ev)
             for st in ev:              # compute ops (or runs of them) that end now
                 i, j = st.idx, st.last
                 if put is not None:
@@ -336,7 +354,7 @@ class Engine:
         if expected == 1:              # the only simulated member (folded): it starts now
             inst = Rendezvous(1, op)
             inst.arrived, inst.go = 1, self.env._now
-            self.runner.start(op, inst.fire, (st.cls, i))
+            self.runner.start(op, self._held(op, inst, st), (st.cls, i))
             return inst
         seq = self.cseq
         k = chan * self.span + rank
@@ -354,8 +372,17 @@ class Engine:
         if inst.arrived == inst.expected:
             inst.go = self.env._now
             del self.meet[key]
-            self.runner.start(op, inst.fire, (st.cls, i))
+            self.runner.start(op, self._held(op, inst, st), (st.cls, i))
         return inst
+
+    def _held(self, op: Collective, inst: Rendezvous, st: Stream) -> Callable:
+        """The end callback of ``inst``, a call of ``op`` that starts now with ``st`` the last
+        member to arrive: ``inst.fire``, and where ``op`` holds SMs (``op.sms``, with
+        ``sm_hold`` on) the members' SMs held until it ends."""
+        if self.smh is None or not op.sms:
+            return inst.fire
+        ranks = [w.rank for w in inst.waiters] + [st.rank]
+        return self.smh.around(ranks, op.sms, inst.fire)
 
     def close(self) -> None:
         """Break the engine's reference cycles (streams and the collective runner refer back
@@ -369,7 +396,8 @@ class Engine:
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
         net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
-        rank_map: dict[int, list[int]] | None = None, record: bool = True) -> SimResult:
+        rank_map: dict[int, list[int]] | None = None, record: bool = True,
+        sm_of: dict[int, int] | None = None) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
     The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
@@ -377,7 +405,9 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     ``topologies.graph``) with ``route_fn`` (e.g. ``topologies.routing.route``) and the
     folding ``link_map``. ``node_of(rank)`` groups ranks by node for hierarchical
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every
-    transfer instant (test hook). Raises ``DeadlockError`` if ops are left waiting.
+    transfer instant (test hook). ``sm_of``: each simulated rank's SM count, where the SMs
+    collectives hold (``Collective.sms``) slow the compute beside them (``sm_hold``; None:
+    not charged). Raises ``DeadlockError`` if ops are left waiting.
     """
     t0 = time.perf_counter()
     own = net is None                 # a network of its own, closed with the run
@@ -387,7 +417,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         per_node = net.graph.graph.get("gpus_per_node", 1)
         node_of = lambda r: r // per_node  # noqa: E731
     with paused_gc():                 # the collector would walk every record (gc_pause)
-        eng = Engine(programs, net, free_comm, node_of, record)
+        eng = Engine(programs, net, free_comm, node_of, record, sm_of)
         eng.start()
         steps = eng._loop() + getattr(net, "quiet_events", 0)
     try:

@@ -96,7 +96,7 @@ class BlockMemo:
             else:
                 new = Collective(base + rel, s, op.kind, op.group, op.nbytes, op.algorithm,
                                  op.tag, op.category, prefix + label, op.repeat, i, c, deps,
-                                 op.remote_scale, op.nvlink_share)
+                                 op.remote_scale, op.nvlink_share, op.sms)
             streams[s].append(new)
         self.next_id = base + st.size
         self.wait = [ids[x] for x in st.wait]

@@ -35,6 +35,10 @@ from simulator.program.tensor_parallel import TensorParallelOps
 from strategies import placement
 from strategies.cost.comm import dp_parts, has_dp_copies, measured_scale, profile_of
 from strategies.cost.comm.links import in_one_node
+from strategies.cost.gemm_kernel import GEMM_GENERATION
+from strategies.cost.sm_share import window_sms
+from strategies.cost.system import get_system
+from strategies.plan.choices import DISPATCHERS
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -86,6 +90,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.rep_lane = replica_lane(job.framework)      # hybrid sharding's all-reduces
         self.streams.setdefault(self.rep_lane, [])
         self.next_id, self.wait, self.last_compute = 0, [], None
+        self.held = held_by_category(job, rank)     # SMs a collective holds, by category
         self.produced: dict[tuple, tuple] = {}
         # the receives of ``overlap_p2p_comm`` calls not yet waited for, by direction
         self.received: dict[str, list] = {}
@@ -207,7 +212,11 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
              label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
-             remote_scale: float = 1.0, nvlink_share: float = 1.0) -> int | None:
+             remote_scale: float = 1.0, nvlink_share: float = 1.0,
+             sms: float | None = None) -> int | None:
+        """A collective of ``kind`` over the ``dim`` group (None where that group is one
+        rank), holding ``sms`` SMs on each member while in flight (None: its category's,
+        ``held_by_category``; 0 while ``SystemConfig.comm_sm_share`` is off)."""
         if nbytes <= 0 or repeat <= 0:
             return None
         # the group of ``dim`` and its algorithm for ``kind`` (None: a group of one rank,
@@ -235,7 +244,9 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.next_id += 1
         self.streams[stream].append(Collective(op_id, stream, kind, group, float(nbytes), algo,
                                                tag or cat, cat, label, float(repeat), i, c,
-                                               deps, float(remote_scale), float(nvlink_share)))
+                                               deps, float(remote_scale), float(nvlink_share),
+                                               self.held.get(cat, 0.0) if sms is None
+                                               else float(sms)))
         return op_id
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -311,3 +322,18 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                 "paired_forwards": dict(self.paired)}
         return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},
                        meta)
+
+
+def held_by_category(job, rank: int) -> dict[str, float]:
+    """SMs a collective of each record category holds on ``rank``'s GPU while in flight,
+    from ``strategies.cost.sm_share.window_sms`` (the estimate's source): the data-parallel
+    stream's and the context-parallel ring's NCCL's, the expert all-to-all's its
+    dispatcher's; TP collectives hold none here (the userbuffers' overlapped forward ones
+    pass their own, ``TensorParallelOps.tp_comm``). Every category 0 (nothing charged) while
+    ``job.system.comm_sm_share`` is 0 or the GPU has no SM count."""
+    gpu = job.cluster.gpu_of_rank(rank)
+    w = window_sms(bool(get_system(job.system).comm_sm_share), gpu.sm_count,
+                   GEMM_GENERATION.get(gpu.name), job.framework.tp_overlap,
+                   DISPATCHERS.index(job.plan.moe_dispatcher))
+    return {"dp": w.nccl, "cp": w.nccl, "ep": float(w.ep), "tp": 0.0, "tp_ub": w.tp,
+            "pp_gather": 0.0}

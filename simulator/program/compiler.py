@@ -198,7 +198,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
                     moved = shared[key] = Collective(
                         op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag, op.category,
                         op.label, op.repeat, op.microbatch, op.chunk, op.deps, op.remote_scale,
-                        op.nvlink_share)
+                        op.nvlink_share, op.sms)
                 new.append(moved)
             # positional construction: dataclasses.replace costs several times more, and a
             # template of a large job is relabelled for every rank of its stage

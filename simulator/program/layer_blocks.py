@@ -128,8 +128,10 @@ class LayerBlocks:
         compute stream, as the estimate charges them; returns that op (None without a wait)."""
         cs, n = self.c, len(self.group["cp"])
         vol = 1.0 if fwd else 1.0 + 2.0 * n / (n - 1) + (self.p.recompute == "full")
+        # its SMs are not charged (``sms`` 0): its waits are its own stalls, as the
+        # estimate's ``cp_ring.layer_sm_extra`` has it
         self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl * vol, "cp", f"CP {label}",
-                  i, c, deps=(other,) if other is not None else start)
+                  i, c, deps=(other,) if other is not None else start, sms=0.0)
         return self.compute(nl * (cs.cp_stall_fwd if fwd else cs.cp_stall_bwd), "cp",
                             f"CP wait {label}", i, c)
 

@@ -119,7 +119,10 @@ class Collective:
     reduce-scatter, the total sent for all-to-all), ``repeat`` times back to back (a float:
     the bytes and the latency terms scale with it). ``algorithm``: ``ring``,
     ``hierarchical``, ``all_to_all`` or ``ring_stepwise`` (simulator.network.stepwise_oracle's ring, the test oracle).
-    ``category`` is the record kind (tp, cp, ep, dp, pp_gather)."""
+    ``category`` is the record kind (tp, cp, ep, dp, pp_gather). ``sms``: the SMs its kernel
+    holds on each member while it is in flight (``strategies.cost.sm_share.window_sms``; 0:
+    the copy engine, or the charge off), which the engine takes from the members' compute
+    when ``SystemConfig.comm_sm_share`` is on."""
 
     id: int
     stream: str
@@ -136,6 +139,7 @@ class Collective:
     deps: tuple[int, ...] = ()
     remote_scale: float = 1.0     # all-to-all: share of per-pair bytes between nodes
     nvlink_share: float = 1.0     # all-to-all: share of NVLink's rate its kernel reaches
+    sms: float = 0.0              # SMs its kernel holds on each member while in flight
 
     def __post_init__(self) -> None:
         if self.kind not in COLLECTIVE_KINDS:

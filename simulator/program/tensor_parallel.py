@@ -66,8 +66,13 @@ class TensorParallelOps:
             m = n * (1 - 1 / k)
             for kd, nbytes, rep in self._once(("tp_ops", m, m * share, fwd),
                                               lambda: self._tp_ops(m, m * share, fwd)):
+                # the forward's reduce-scatters (userbuffers' ``pipeline`` method after
+                # proj and fc2) hold their SMs beside the GEMMs; its all-gathers
+                # (``ring_exchange``: the copy engine) and the backward's ``bulk`` overlaps
+                # (no SM margin) are not charged, as in the estimate (``sm_share.ub_share``)
                 self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
-                          f"{tag[kd]} tp {label}", i, c, deps=start)
+                          f"{tag[kd]} tp {label}", i, c, deps=start,
+                          sms=self.held["tp_ub"] if fwd and kd != "allgather" else 0.0)
             n = n / k + whole if exposed > 0 else n / k
         if less > 0:
             # ``less`` of the reductions ran beside the weight gradients (``reduce_split``):

@@ -25,7 +25,9 @@ userbuffers' reduce-scatters beside the row-parallel forward GEMMs and the exper
 all-to-all of an overlapped pair, ``terms.layer_comm``; the context-parallel ring beside the
 attention core, ``cp_ring.layer_sm_extra``), at the SMs ``window_sms`` gives each window.
 ``SystemConfig.comm_sm_share`` switches the charge: 0 by default (off: docs/calibration.md
-§5.156 gives the figures); the lower bound and the simulator do not charge it"""
+§5.156 and §5.159 give the figures); the lower bound does not charge it; the simulator
+charges the same SMs (``window_sms``) to the compute beside each collective in flight
+(``simulator.engine.sm_hold``)"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -152,7 +154,8 @@ class WindowSMs:
     data-parallel stream, the context-parallel ring), ``tp`` Transformer Engine's userbuffers
     on the row-parallel forward GEMMs (0 under async TP), ``ub`` those GEMMs' share of a
     layer's forward GEMM seconds (``3·ub_share``), ``ep`` the expert dispatcher's per plan
-    (``DISPATCHER_SMS``). Read by the estimate's windows (``overlap_extra``)."""
+    (``DISPATCHER_SMS``). Read by the estimate's windows (``overlap_extra``) and the
+    simulator's compiled collectives (``simulator.program.builder.held_by_category``)."""
 
     sm: int
     nccl: float
