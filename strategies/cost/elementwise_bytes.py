@@ -95,6 +95,14 @@ def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num)
     return per_h / _seq_shard(tp, sp) + rope + repeat + act
 
 
+def te_norm_add_bytes(m: ModelSpec) -> float:
+    """HBM bytes per token of a layer's norms as Transformer Engine's fused RMSNorm and its
+    eager residual adds (``EAGER_ADD_BYTES`` each over ``h``), one of each per block
+    (``ModelSpec.blocks_per_layer``: one in a hybrid layer, two in a transformer's): NeMo
+    AutoModel's blocks, ``eager_hybrid_bytes_fwd`` and ``eager_te_bytes_fwd``."""
+    return norm_bytes_per_token(m) + m.blocks_per_layer * EAGER_ADD_BYTES * m.hidden_size
+
+
 def eager_hybrid_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     """HBM bytes of one hybrid layer's memory-bound forward kernels, per GPU, as NeMo
     AutoModel's eager ``NemotronV3Block`` runs them (NVIDIA-NeMo/Automodel cb9765441,
@@ -110,7 +118,7 @@ def eager_hybrid_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> N
     ``g`` key-value heads to the kernel)."""
     from strategies.cost.mamba_mixer import mixer_elementwise_bytes_fwd
     T = tokens_per_gpu(b, m.seq_length, cp)
-    per_h = (norm_bytes_per_token(m) + EAGER_ADD_BYTES * m.hidden_size) * T
+    per_h = te_norm_add_bytes(m) * T
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
     return per_h / _seq_shard(tp, sp) + act + \
         m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp, layout_copies=False)
@@ -152,7 +160,7 @@ def eager_te_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     h = m.hidden_size
     moe = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
     shared_add = EAGER_ADD_BYTES * h * moe if m.num_shared_experts else 0.0
-    per_h = norm_bytes_per_token(m) + m.blocks_per_layer * EAGER_ADD_BYTES * h + shared_add
+    per_h = te_norm_add_bytes(m) + shared_add
     a, g = m.num_attention_heads, m.kv_heads
     if m.is_mla:
         d_n, d_r = m.qk_nope_head_dim, m.qk_rope_head_dim
