@@ -5,7 +5,9 @@ Prints (1) every measured point of ``strategies.cost.mamba_kernels`` (vllm-proje
 H100, ``_mamba_chunk_scan_combined_fwd``) beside the roofline the cost model prices and the
 rule's time; (2) the scan of one rank of each hybrid row's layout: grid, roofline forward and
 backward (the §5.146 rule), the backward's eager bytes, the factor, the rule's seconds;
-(3) the mean Mamba layer's forward and backward milliseconds by part on the 56B rows' layout.
+(3) the mean Mamba layer's forward and backward milliseconds by part on the 56B rows' layout;
+(4) the scan's kernels one by one on that layout's rank (``ssd_traffic``, §5.160): HBM MB,
+GFLOP, and milliseconds at the usable HBM rate and at the fused-attention FLOP rate.
 
     python experiments/mamba_kernels.py
 """
@@ -81,7 +83,37 @@ def layer_parts() -> None:
           f"{scan[1] * 1e3:.3f}  conv+norm fwd {elem * 1e3:.3f}  pre-norm fwd {norm * 1e3:.3f}")
 
 
+def kernel_table() -> None:
+    from strategies.cost import ssd_traffic as st
+    m, g = model_preset("nemotron-h-56b"), get_gpu("H100-SXM5-80GB")
+    hbm, flop, tp = usable_hbm(g), g.peak("bf16") * g.attention_efficiency, 8
+    shape = (m.seq_length, 1, m.mamba_num_heads / tp, m.mamba_num_groups / tp,
+             m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk_size)
+    ub, uf = st.unit_bytes(*shape), st.flop_units(*shape)
+    print("\n(4) the 56B rank's SSD kernels (tp 8: H 32, P 64, G 1, N 256, Q 128, 8192 tokens; "
+          "H100 usable HBM, fused-attention FLOP rate)")
+    print(f"{'pass':<4} {'kernel':<32} {'line':<6} {'MB':>8} {'GFLOP':>7} {'HBM ms':>7} "
+          f"{'FLOP ms':>8}")
+    for tag, rows in (("fwd", st.SSD_FWD_KERNELS), ("bwd", st.SSD_BWD_KERNELS)):
+        tb = tf = 0.0
+        for name, line, kb, kf in rows:
+            b_, f_ = float(st.dot(kb, ub)), float(st.dot(kf, uf))
+            tb, tf = tb + b_, tf + f_
+            print(f"{tag:<4} {name:<32} {line:<6} {b_ / 1e6:>8.1f} {f_ / 1e9:>7.2f} "
+                  f"{b_ / hbm * 1e3:>7.3f} {f_ / flop * 1e3:>8.3f}")
+        print(f"{tag:<4} {'all':<32} {'':<6} {tb / 1e6:>8.1f} {tf / 1e9:>7.2f} "
+              f"{tb / hbm * 1e3:>7.3f} {tf / flop * 1e3:>8.3f}")
+    T, H = m.seq_length, m.mamba_num_heads / tp
+    for name, per in st.BWD_EAGER_PER_HEAD:
+        print(f"bwd  eager {name:<26} {'':<6} {T * H * per / 1e6:>8.1f}")
+    eager = float(mx.ssd_eager_bytes_bwd(m, 1, tp, 1, g.sm_count))
+    conv = float(mx.conv_recompute_bytes(m, 1, tp))
+    print(f"bwd  eager all, head-split partials, conv recompute pass: {eager / 1e6:.1f} MB "
+          f"(conv {conv / 1e6:.1f} MB), {eager / hbm * 1e3:.3f} ms")
+
+
 if __name__ == "__main__":
     measured_points()
     layouts()
     layer_parts()
+    kernel_table()

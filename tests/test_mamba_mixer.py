@@ -89,13 +89,13 @@ def test_scan_time_is_the_roofline_over_the_measured_efficiency():
 
 def test_backward_eager_bytes_closed_form():
     """One rank of the 56B at tp 8 on 132 SMs: 64 chunks x 32 heads = 2048 programs, 16 heads
-    a program, 2 splits; per token (8·2 + 2)·2·G·N + 8·2·G·Q + 52·H with G 1, N 256, Q 128,
-    H 32."""
+    a program, 2 splits; per token (8·2 + 2)·2·G·N + 8·2·G·Q + 80·H with G 1, N 256, Q 128,
+    H 32, plus the conv's recomputation pass, 2·conv_dim/tp = 2·20480/8 bytes."""
     m = model_preset("nemotron-h-56b")
     assert mx.head_splits(1, 64, 32, 1, 132) == 2
     assert mx.head_splits(1, 64, 32, 1, 10_000) == 32      # one head a program
     assert mx.head_splits(4, 64, 32, 1, 132) == 1          # a whole group a program
-    want = 8192 * (18 * 2 * 256 + 16 * 128 + 52 * 32)
+    want = 8192 * (18 * 2 * 256 + 16 * 128 + 80 * 32 + 2 * 2560)
     assert mx.ssd_eager_bytes_bwd(m, 1, 8, 1, 132) == pytest.approx(want, rel=1e-12)
 
 
@@ -108,10 +108,12 @@ def test_shape_bytes_without_the_gate():
 
 def test_ssd_bytes_per_token_table():
     """The traffic table summed by hand for one rank of the 56B at tp 8 (H 32, P 64, G 1,
-    N 256, Q 128; per token: X 4096 B, BC 512 B, CBt 512 B, H 128 B, S 16384 B)."""
+    N 256, Q 128; per token: X 4096 B, BC 512 B, CBt 512 B, H 128 B, S 16384 B): the forward's
+    states passed in 16 bits (3 S), the backward's C·Bᵀ residuals read in fp32 (17 BC) and its
+    cumsum backward 3 H (§5.160)."""
     m = model_preset("nemotron-h-56b")
-    per = {False: 5 * 4096 + 4 * 512 + 2 * 512 + 6.5 * 128 + 4 * 16384,
-           True: 17 * 4096 + 15 * 512 + 6 * 512 + 23.5 * 128 + 8.5 * 16384}
+    per = {False: 5 * 4096 + 4 * 512 + 2 * 512 + 6.5 * 128 + 3 * 16384,
+           True: 17 * 4096 + 17 * 512 + 6 * 512 + 21.5 * 128 + 8.5 * 16384}
     for bwd, want in per.items():
         assert mx.ssd_bytes(m, 1, 8, backward=bwd) == pytest.approx(8192 * want, rel=1e-12)
 

@@ -10,6 +10,9 @@ kernels (chunk cumsum, C·Bᵀ, chunk states, state passing, chunk scan) in toke
 at ``(seq, nheads, headdim, ngroups, dstate) = (T, 128, 64, 1, 128)``, batch 1; the chunk
 ``Q`` 256 (the model's ``mamba_chunk_size``; the comment's second table sets the fused
 kernel's chunk to 256 "matching mamba config"), no gate ``z`` (vLLM gates in its own norm).
+Its state passing writes 16-bit states as mamba_ssm's does (vLLM's ``ssd_combined.py``
+``out_dtype=state_dtype if state_dtype is not None else C.dtype``; the roofline is
+``ssd_traffic``'s table, §5.160).
 Of the nine rows, those at 1024, 2048 and 4096 tokens take 0.30, 0.29 and 0.34 ms, a floor
 that does not grow with the work (a host-bound benchmark loop, not a GPU rate) and are left
 out; from 8192 tokens on the time grows with the tokens (x1.95 from 8192 to 16384).
@@ -20,8 +23,10 @@ The rule (``scan_factor``): the roofline time over the measured time at each poi
 outside it (no extrapolation); the scan's time is its roofline divided by it. The backward's
 kernels (``_mamba_chunk_scan_combined_bwd``) are of the same family (Triton, the same tiles
 and grids) and no public timing of them at a stated shape was readable (state-spaces/
-mamba#827's per-kernel table at the Nemotron-H 56B shape is not in the stored thread): the
-forward's factor is applied to them too, a stated assumption. The factor carries to another
+mamba#827's per-kernel table at the Nemotron-H 56B shape is not in the stored thread;
+searched again in §5.160: mamba#1012 gives a B200 fwd+bwd speed-up, no time; mamba#530 times
+the whole backward at no stated shape): the forward's factor is applied to them too, a stated
+assumption. The factor carries to another
 chip through its SM count, as ``attention_grid`` does."""
 from __future__ import annotations
 

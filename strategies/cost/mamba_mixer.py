@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost.ssd_traffic import (B16 as _B16, CONV_BWD_EXTRA_PASSES, chunk_sums, dot,
+                                         eager_per_head, flop_multiples, flop_units, traffic,
+                                         unit_bytes)
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 
-#: bytes of a 16-bit activation and of the scan's fp32 intermediates (dt, dA_cumsum, CB, states)
-_B16, _F32 = 2, 4
 
 
 def check_tp(m: ModelSpec, tp: int) -> None:
@@ -115,61 +116,35 @@ def mamba_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> list[tuple]:
     return out
 
 
-def _chunk_sums(T: Num, Q: int) -> tuple[Num, Num, Num]:
-    """``(chunks, Σq, Σq²)`` over the chunks of ``T`` tokens cut every ``Q``."""
-    T = np.asarray(T, dtype=float)
-    full, r = np.floor(T / Q), np.mod(T, Q)
-    return full + (r > 0), T, full * Q * Q + r * r
-
-
 #: Per-token HBM traffic of the SSD kernels, as multiples of ``(X, BC, CBt, H, S)`` bytes:
 #: ``X = 2·H·P`` (x, z, y, dout: 16-bit per head dim), ``BC = 2·G·N`` (B or C, 16-bit),
-#: ``CBt = 4·G·Q`` (C·Bᵀ, fp32, per token of a chunk), ``H = 4·H`` (dt and its cumsum, fp32;
-#: the 16-bit dt input counted as half of one), ``S = 4·H·N·P/Q`` (a chunk's states, fp32,
-#: per token). Each kernel's reads and writes from ``mamba_ssm/ops/triton/ssd_combined.py``
-#: (state-spaces/mamba e9594ce, ``_mamba_chunk_scan_combined_fwd`` l.374-387 and
-#: ``_mamba_chunk_scan_combined_bwd`` l.441-507):
-#: forward, cumsum (dt in, dA and dt out) 0 0 0 2.5 0; chunk state (B, x, dt, dA in; states
-#: out) 1 1 0 2 1; state passing (states in and out) 0 0 0 0 2; C·Bᵀ (C, B in, CB out)
-#: 0 2 1 0 0; chunk scan (CB, x, z, dt, dA, C, states in; y and y before the gate out)
-#: 4 1 1 2 1: in all 5 4 2 6.5 4.
-#: backward, the forward's first four again (the cumsum, C·Bᵀ, the chunk states and their
-#: passing) 1 3 1 4.5 3; dz (x, z, y, dout in; dz and the gated dout out) 6 0 0 0 0;
-#: dstates (C, dA, dout in; dstates out) 1 1 0 1 1; state passing backward (states and
-#: dstates in, both out at 16 bits) 0 0 0 0 3; dx (x, dt, dA, B, CB, dout, dstates in; dx and
-#: ddt out) 3 1 1 3 0.5; dB (x, dt, dA, dstates, B in; dB and ddA out) 1 2 0 3 0.5; dC
-#: (states, dA, dout, C in; dC and ddA out) 1 2 0 2 0.5; dCB (x, dt, dA, dout in; dCB out)
-#: 2 0 1 2 0; the two C·Bᵀ backwards (C or B, dCB, the residual in; dB or dC out) 0 6 2 0 0;
-#: ddA (x, dt, dA, dout, CB in; ddA out) 2 0 1 3 0; the cumsum's backward 0 0 0 5 0:
-#: in all 17 15 6 23.5 8.5.
-SSD_TRAFFIC = {False: (5, 4, 2, 6.5, 4), True: (17, 15, 6, 23.5, 8.5)}
+#: ``CBt = 4·G·Q`` (C·Bᵀ, fp32, per token of a chunk), ``H = 4·H`` (dt and its cumsum, fp32),
+#: ``S = 4·H·N·P/Q`` (a chunk's states, fp32, per token): the sums of ``ssd_traffic``'s
+#: kernel-by-kernel table (mamba_ssm v2.2.0 ``ssd_combined.py``; forward 5 4 2 6.5 3, backward
+#: 17 17 6 21.5 8.5).
+SSD_TRAFFIC = {False: traffic(False), True: traffic(True)}
 #: the forward without the gate ``z`` (the chunk scan reads x, not z, and writes y alone)
-SSD_FWD_NO_GATE = (3, 4, 2, 6.5, 4)
+SSD_FWD_NO_GATE = traffic(False, gate=False)
 
 
 def shape_flops(s: Num, b: Num, H: Num, G: Num, P: int, N: int, Q: int,
                 backward: bool = False) -> Num:
     """FLOPs of the SSD scan over ``b`` sequences of ``s`` tokens with ``H`` heads of ``P``
     dims, ``G`` groups of state ``N``, chunks of ``Q``: ``ssd_flops``' closed form at any
-    shape (the benchmarks' shapes of ``mamba_kernels`` too)."""
-    c, sq, sq2 = _chunk_sums(s, Q)
-    k = (6, 6, 10, 4) if backward else (2, 2, 4, 2)
-    return b * (k[0] * sq2 * N * G + k[1] * sq2 * P * H + k[2] * sq * N * P * H
-                + k[3] * c * N * P * H)
+    shape (the benchmarks' shapes of ``mamba_kernels`` too), ``ssd_traffic``'s kernels summed:
+    ``(2, 2, 4, 2)`` forward, ``(6, 6, 10, 4)`` backward units."""
+    return dot(flop_multiples(backward), flop_units(s, b, H, G, P, N, Q))
 
 
 def shape_bytes(s: Num, b: Num, H: Num, G: Num, P: int, N: int, Q: int,
                 backward: bool = False, gate: bool = True) -> Num:
     """HBM bytes of the SSD kernels over ``b`` sequences of ``s`` tokens (``shape_flops``'
-    shape): ``SSD_TRAFFIC``'s multiples of the per-token sizes, the chunk states once per
-    chunk (a partial last chunk whole). ``gate`` False: the forward without ``z``
+    shape): ``SSD_TRAFFIC``'s multiples of ``ssd_traffic.unit_bytes`` (the chunk states once
+    per chunk, a partial last chunk whole). ``gate`` False: the forward without ``z``
     (``mamba_chunk_scan_combined(..., z=None)``: the chunk scan reads no ``z`` and writes
     one output, ``SSD_FWD_NO_GATE``)."""
-    T = b * np.asarray(s, dtype=float)
-    chunks = _chunk_sums(s, Q)[0] * b
-    x, bc, cb, dt, st = SSD_TRAFFIC[backward] if (backward or gate) else SSD_FWD_NO_GATE
-    per_token = x * H * P * _B16 + bc * G * N * _B16 + cb * G * Q * _F32 + dt * H * _F32
-    return T * per_token + chunks * st * H * N * P * _F32
+    k = SSD_TRAFFIC[backward] if (backward or gate) else SSD_FWD_NO_GATE
+    return dot(k, unit_bytes(s, b, H, G, P, N, Q))
 
 
 def ssd_flops(m: ModelSpec, b: Num, tp: Num, cp: Num = 1, backward: bool = False) -> Num:
@@ -216,17 +191,14 @@ def mixer_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num = 1,
     return T * _B16 * (2 * conv + 2 * di + copies)
 
 
-#: Per-token bytes of the backward's passes beside ``SSD_TRAFFIC``'s kernels
-#: (``_mamba_chunk_scan_combined_bwd``, state-spaces/mamba v2.2.4 ssd_combined.py l.376-442;
-#: ssd_chunk_state.py l.815-839, ssd_chunk_scan.py l.1443-1463 and l.1489-1510): ``dt.clone()``
-#: (l.376, 16-bit ``dt`` read and written, 4 per head), the reverse cumsum of ``ddA_cumsum_
-#: prev`` as ``flip``, ``cumsum``, ``flip`` (l.437, three fp32 passes of 8 per head) and ``ddA
-#: += ddA_next + ddA_prev`` (l.442, two of 12): ``SSD_BWD_EAGER_H`` per head; and the
-#: head-split partials of dB, dC (``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``) and dCB
-#: (``_chunk_scan_bwd_dcb``): each kernel writes ``nsplits`` fp32 partials where the table
+#: Per-token bytes per head of the backward's eager passes and zero-fills beside
+#: ``SSD_TRAFFIC``'s kernels (``ssd_traffic.BWD_EAGER_PER_HEAD``: 52 from §5.149, 28 from §5.160);
+#: and the head-split partials of dB, dC (``_chunk_state_bwd_db``, ``_chunk_scan_bwd_dC``) and
+#: dCB (``_chunk_scan_bwd_dcb``; mamba_ssm v2.2.0 ssd_chunk_state.py l.815-839, ssd_chunk_scan.py
+#: l.1443-1463 and l.1489-1510): each kernel writes ``nsplits`` fp32 partials where the table
 #: counts one 16-bit dB/dC (one fp32 dCB), and an eager ``.sum(2)`` reads them and writes
 #: one fp32 result: ``(8·k + 2)`` bytes per B or C element, ``8·k`` per dCB element.
-SSD_BWD_EAGER_H = 4 + 3 * 8 + 2 * 12
+SSD_BWD_EAGER_H = eager_per_head()
 
 
 def head_splits(b: Num, chunks: Num, H: Num, G: Num, sms: int) -> Num:
@@ -239,13 +211,24 @@ def head_splits(b: Num, chunks: Num, H: Num, G: Num, sms: int) -> Num:
 
 def ssd_eager_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sms: int) -> Num:
     """HBM bytes of the SSD backward's passes outside ``SSD_TRAFFIC`` on one GPU
-    (``SSD_BWD_EAGER_H``, the head-split partials and their sums) with ``sms`` SMs."""
+    (``SSD_BWD_EAGER_H``, the head-split partials and their sums) with ``sms`` SMs, plus the
+    combined function's conv passes beyond twice its forward's (``conv_recompute_bytes``)."""
     s = tokens_per_gpu(1, m.seq_length, cp)
     T = b * np.asarray(s, dtype=float)
     N, Q = m.mamba_state_dim, m.mamba_chunk_size
     H, G = m.mamba_num_heads / tp, m.mamba_num_groups / tp
-    k = head_splits(b, _chunk_sums(s, Q)[0], H, G, sms)
-    return T * ((8 * k + 2) * 2 * G * N + 8 * k * G * Q + SSD_BWD_EAGER_H * H)
+    k = head_splits(b, chunk_sums(s, Q)[0], H, G, sms)
+    return T * ((8 * k + 2) * 2 * G * N + 8 * k * G * Q + SSD_BWD_EAGER_H * H) \
+        + conv_recompute_bytes(m, b, tp, cp)
+
+
+def conv_recompute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num = 1) -> Num:
+    """HBM bytes on one GPU of the conv1d passes ``MambaSplitConv1dScanCombinedFn.backward``
+    makes beyond the twice-forward ``layer_time`` charges its elementwise kernels: it reruns
+    ``causal_conv1d_fwd`` (read and write) before ``causal_conv1d_bwd`` (two reads, one
+    write), ``ssd_traffic.CONV_BWD_EXTRA_PASSES`` pass of ``conv_dim/tp`` 16-bit per token."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    return T * _B16 * CONV_BWD_EXTRA_PASSES * m.mamba_conv_dim / tp
 
 
 def scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float,
