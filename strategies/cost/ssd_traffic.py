@@ -3,7 +3,7 @@ each kernel's HBM reads and writes and its FLOPs, per token, the one table
 ``mamba_mixer.shape_bytes``/``shape_flops`` sum (docs/calibration.md §5.146, §5.149, §5.160).
 
 Source: state-spaces/mamba v2.2.0, the release NeMo 25.04's container builds (NVIDIA/NeMo
-v2.3.0 ``reinstall.sh`` l.135 ``MAMBA_TAG=v2.2.0``; v2.2.4 has the same kernels and calls),
+v2.3.0 ``reinstall.sh`` l.136 ``MAMBA_TAG=v2.2.0``; v2.2.4 has the same kernels and calls),
 ``mamba_ssm/ops/triton/ssd_combined.py``: the forward ``_mamba_chunk_scan_combined_fwd``
 (l.312-324) and the backward ``_mamba_chunk_scan_combined_bwd`` (l.376-444), which
 ``MambaSplitConv1dScanCombinedFn.backward`` (l.836-908) calls with ``z`` and without the norm
