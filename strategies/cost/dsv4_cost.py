@@ -73,6 +73,18 @@ def bf16_einsum(m: ModelSpec, name: str) -> bool:
     return m.is_dsv4 and name == "o_down"
 
 
+class DetachedInput(tuple):
+    """A GEMM ``(count, M, N, K, row_parallel)`` whose input takes no gradient: its backward
+    is the weight gradient alone (``gemm_time.units_in`` prices no data gradient for it).
+    Transformer Engine's ``Linear`` runs the data-gradient GEMM only where its input requires
+    a gradient (``transformer_engine/pytorch/module/linear.py`` at d0067d0, l.711
+    ``requires_dgrad = input_requires_grad``, l.1018); DeepSeek-V4's indexer projections
+    read ``x.detach()`` and ``qr.detach()`` (Megatron-Core dev d48bd6be, ``csa.py``
+    l.2024-2028, ``_forward_fused_indexer_training``). A plain tuple otherwise."""
+
+    __slots__ = ()
+
+
 def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     """The mean layer's DeepSeek-V4 GEMMs beyond ``attention_linears`` on ``T`` rows, each
     ``(count, M, N, K, row_parallel)``, whole on every tensor-parallel rank: compressors
@@ -85,7 +97,8 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     with its loss's (``dsa_flops_fwd_per_token``), and the hyper-connection mappings, whose
     TF32 MMA runs inside the norm's pass over the streams (``HC_MAPPING_FLOP_PER_BYTE``).
     Forward FLOPs per token equal ``sparse_attention.sparse_flops_fwd_per_token``'s
-    ``compressor`` and ``indexer`` less the scores (tests)."""
+    ``compressor`` and ``indexer`` less the scores (tests). The indexer's three GEMMs read
+    detached inputs (``DetachedInput``: no data gradient)."""
     if not m.is_dsv4:
         return []
     h, d, sh = m.hidden_size, m.head_dim, ratio_shares(m)
@@ -95,8 +108,9 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
             out.append((sh[r], T, 2 * c * d, h, False))
     if sh[4]:
         hi, di = m.index_n_heads, m.index_head_dim
-        out += [(sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
-                (sh[4], T, hi, h, None)]            # weights_proj: FP8 disabled (l.1592)
+        out += [DetachedInput(g) for g in (
+            (sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
+            (sh[4], T, hi, h, None))]               # weights_proj: FP8 disabled (l.1592)
     return out
 
 
@@ -176,6 +190,42 @@ def hc_bytes_per_token(m: ModelSpec) -> float:
     ``elementwise_bytes``); 0 with one stream."""
     n = m.hc_streams
     return 0.0 if n == 1 else 2 * (4 * n - 1) * m.hidden_size * ACT_BYTES
+
+
+#: bytes of one element of the hyper-connections' Sinkhorn matrices and workspace (fp32)
+MAP_BYTES = 4.0
+
+
+def sinkhorn_bytes_per_token(m: ModelSpec) -> tuple[float, float]:
+    """HBM bytes per token ``(forward, backward)`` of one layer's Sinkhorn-Knopp kernels, one
+    per block (two), on each token's ``n x n`` fp32 residual-mixing logits (``use_fused_mhc``:
+    Triton's ``_triton_sinkhorn_fwd_kernel``/``_bwd_kernel``, Megatron-Core dev d48bd6be
+    ``fusions/fused_mhc_kernels.py`` l.224-390; the ``I = hc_sinkhorn_iters`` iterations in
+    registers). Forward: reads the logits, writes the result and the initial matrix ``M_init``
+    the backward reads, ``3·n²``. Backward: reads the gradient and ``M_init`` and writes the
+    logits' gradient (``3·n²``), and replays the iterations into a workspace it then reads
+    back in reverse, ``2·I`` matrices and ``I`` row and ``I`` column sums (l.364-366), each
+    written and read: ``2·(2·I·n² + 2·I·n)``. Elements of ``MAP_BYTES``; ``(0, 0)`` with one
+    stream. Not in ``elementwise_bytes_fwd``: the backward is not twice the forward."""
+    n, it = m.hc_streams, m.hc_sinkhorn_iters
+    if n == 1:
+        return 0.0, 0.0
+    return (2 * 3 * n * n * MAP_BYTES,
+            2 * (3 * n * n + 2 * (2 * it * n * n + 2 * it * n)) * MAP_BYTES)
+
+
+def sinkhorn_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, hbm: float
+                  ) -> tuple[Num, Num]:
+    """Seconds per GPU ``(forward, backward)`` of the mean layer's Sinkhorn kernels
+    (``sinkhorn_bytes_per_token`` on the ``b·s/cp`` tokens, over sequence parallelism's
+    split of the per-token work as the hyper-connections' other passes, at ``hbm`` bytes/s);
+    ``(0, 0)`` for another model. Read by ``layer_time.layer_time``."""
+    if not m.is_dsv4:
+        return 0.0, 0.0
+    from strategies.cost.elementwise_bytes import _seq_shard
+    T = tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp) / hbm
+    f, bw = sinkhorn_bytes_per_token(m)
+    return T * f, T * bw
 
 
 def sparse_bytes_per_token(m: ModelSpec) -> float:
