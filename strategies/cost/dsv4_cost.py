@@ -88,11 +88,14 @@ class DetachedInput(tuple):
 def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     """The mean layer's DeepSeek-V4 GEMMs beyond ``attention_linears`` on ``T`` rows, each
     ``(count, M, N, K, row_parallel)``, whole on every tensor-parallel rank: compressors
-    ``h -> 2·c·d`` (``wkv`` and ``wgate``), the indexer's ``wq_b`` and its compressor ``h ->
-    2·2·d_I``, Transformer Engine linears at the run's precision (``backend.linear()``,
-    Megatron-Core ``experimental_attention_variant_module_specs.py`` l.110-175;
-    ``row_parallel`` False); its ``weights_proj`` ``h -> H_I``, run with FP8 disabled
-    (``csa.py`` l.1592; ``row_parallel`` None as the router); [] without
+    ``h -> 2·c·d`` (``wkv`` and ``wgate``) and the indexer's own ``h -> 2·2·d_I``, built and
+    run with FP8 disabled (``csa.py`` l.1064, l.1160: "the compressor GEMMs in high precision
+    (BF16) even under FP8 training"; ``row_parallel`` None, the 16-bit rate, as the router);
+    the indexer's ``wq_b``, a Transformer Engine linear at the run's precision
+    (``backend.linear()``, Megatron-Core ``experimental_attention_variant_module_specs.py``
+    l.110-175, "runs in FP8 under FP8 training", ``csa.py`` l.1576; ``row_parallel``
+    False); its ``weights_proj`` ``h -> H_I``, FP8 disabled (``csa.py`` l.1495, l.1597;
+    None); [] without
     ``compress_ratios``. Not GEMMs here: the indexer's scores, a cuDNN fused kernel priced
     with its loss's (``dsa_flops_fwd_per_token``), and the hyper-connection mappings, whose
     TF32 MMA runs inside the norm's pass over the streams (``HC_MAPPING_FLOP_PER_BYTE``).
@@ -105,12 +108,12 @@ def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     out: list[tuple] = []
     for r, c in ((4, 2), (128, 1)):
         if sh[r]:
-            out.append((sh[r], T, 2 * c * d, h, False))
+            out.append((sh[r], T, 2 * c * d, h, None))       # BF16 (l.1160)
     if sh[4]:
         hi, di = m.index_n_heads, m.index_head_dim
         out += [DetachedInput(g) for g in (
-            (sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
-            (sh[4], T, hi, h, None))]               # weights_proj: FP8 disabled (l.1592)
+            (sh[4], T, 2 * 2 * di, h, None), (sh[4], T, hi * di, m.q_lora_rank, False),
+            (sh[4], T, hi, h, None))]               # weights_proj: FP8 disabled (l.1597)
     return out
 
 
