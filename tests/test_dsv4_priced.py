@@ -204,3 +204,52 @@ def test_rows_move_by_the_compressors_in_bf16(rows, monkeypatch):
             assert moved == pytest.approx(1.0, rel=1e-9)
         else:   # part of the first micro-batch's forward under communication (as above)
             assert 0.95 < moved < 1.0
+
+
+def _measured_bwd(k: int) -> float:
+    """The measured backward's seconds per query and head for ``k`` keys: whole tiles of
+    64, linear between (and past) the cuDNN points, floored at 0 (a plain reading)."""
+    k = -(-k // 64) * 64
+    pts = dsv4_cost.DSA_BWD_MEASURED
+    i = max(0, min(len(pts) - 2, sum(1 for x, _ in pts if x < k) - 1))
+    (x0, y0), (x1, y1) = pts[i], pts[i + 1]
+    return max(0.0, (y0 + (k - x0) * (y1 - y0) / (x1 - x0)) * 1e-3 / (4096 * 64))
+
+
+def test_sparse_core_backward_at_the_measured_rate():
+    """The mean layer's core backward is, position by position and layer by layer, each
+    query's window plus compressed keys in 64-key tiles at the cuDNN DSA backward's measured
+    time (NVIDIA/cudnn-frontend#318, 4096 x 64 heads of 512), its fraction of B200's 16-bit
+    peak on the GPU at hand, for ``b·a/tp`` head rows (1e-12); the measured points
+    themselves reproduced; the attention backward is it, on Blackwell only (none for SM90)."""
+    g = get_gpu("gb300")
+    s, W, k4 = M.seq_length, M.sliding_window, M.index_topk
+    tot = 0.0
+    for r in M.compress_ratios:
+        for j in range(1, s + 1):
+            k = min(j, W) + (j // 128 if r == 128 else min(j // 4, k4) if r == 4 else 0)
+            tot += _measured_bwd(k)
+    want = tot / M.num_layers * 2.25e15 / 2.5e15 * 64
+    assert float(dsv4_cost.core_time_bwd(M, 1, 1, g)) == pytest.approx(want, rel=1e-12)
+    assert float(dsv4_cost.core_time_bwd(M, 2, 2, g)) == pytest.approx(want, rel=1e-12)
+    for x, ms in dsv4_cost.DSA_BWD_MEASURED:
+        assert float(dsv4_cost.dsa_bwd_seconds(x)) * 4096 * 64 == pytest.approx(ms * 1e-3,
+                                                                                rel=1e-12)
+    from strategies.cost import attention_time
+    assert attention_time.attention_time_fwd(M, 1, 1, 1, True, g)[1] == \
+        pytest.approx(float(dsv4_cost.core_time_bwd(M, 1, 1, g)), rel=1e-15)
+    h100 = get_gpu("H100-SXM5-80GB")     # no figure for the SM90 path: the dense rate stays
+    assert dsv4_cost.core_time_bwd(M, 1, 1, h100) is None
+    assert float(attention_time.attention_time_fwd(M, 1, 1, 1, True, h100)[1]) > 0
+
+
+def test_rows_move_by_the_core_backward(rows, monkeypatch):
+    """Each row's step moves by exactly 16 micro-batches of the 43 mean layers' and the MTP
+    module's sliding-window layer's core backward (doubled here; 1e-9)."""
+    e = [estimate(j).step_time_s for j in rows]
+    real = dsv4_cost.core_time_bwd
+    monkeypatch.setattr(dsv4_cost, "core_time_bwd", lambda *a: 2 * real(*a))
+    for j, e1 in zip(rows, e):
+        g = j.cluster.gpu
+        d = LAYERS * real(M, 1, 1, g) + real(M.mtp_layer_model(), 1, 1, g)
+        assert estimate(j).step_time_s - e1 == pytest.approx(MICRO * float(d), rel=1e-9)

@@ -34,8 +34,11 @@ Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_varia
 """
 from __future__ import annotations
 
+import numpy as np
+
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
+from topologies.gpus import GPU
 
 #: bytes of one score the indexer writes and its top-k reads (fp32)
 SCORE_BYTES = 4.0
@@ -183,6 +186,54 @@ def dsa_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, core_flops: Num, core_s
     T = tokens_per_gpu(b, m.seq_length, cp)
     f = sum(dsa_flops_fwd_per_token(m, tp).values())
     return T * f * core_s / core_flops + T * loss_bytes_per_token(m) / hbm
+
+
+#: cuDNN Frontend's DSA sparse-attention backward, the kernel Megatron-Core's backward runs
+#: (``sparse_attention_backward_wrapper``, ``fused_sparse_attention.py`` l.1848-1858 at
+#: d48bd6be), as measured in NVIDIA/cudnn-frontend#318 (2026-06-21, the "new" column):
+#: ``s_q = s_kv = 4096``, ``H = 64``, ``D_qk = D_v = 512``, every query ``topk`` keys;
+#: ``(topk, milliseconds)`` on an SM100 GPU (the PR names no board; taken as the catalog's
+#: B200, ``DSA_BWD_GPU``, as the DSA PRs that name one measured on).
+DSA_BWD_MEASURED = ((128, 0.560), (512, 1.233), (1024, 2.155), (2048, 4.019))
+#: the measurement's queries x heads, and its chip
+DSA_BWD_ROWS, DSA_BWD_GPU = 4096 * 64, "B200-SXM-180GB"
+#: keys per tile of the SM100 sparse kernels at ``D`` 512 (``_get_topk_alignment``,
+#: ``fused_sparse_attention.py`` l.111-122): a query's keys run as whole tiles (the
+#: compacted ``topk_length`` sets the tile count, l.1507-1510)
+DSA_KEY_TILE = 64
+
+
+def dsa_bwd_seconds(keys: np.ndarray) -> np.ndarray:
+    """Seconds of the measured backward (``DSA_BWD_MEASURED``) per query and head on its
+    chip for queries of ``keys`` keys each: whole tiles of ``DSA_KEY_TILE``, the time linear
+    between the measured points (and past the end segments, floored at 0)."""
+    k = np.ceil(np.asarray(keys, dtype=float) / DSA_KEY_TILE) * DSA_KEY_TILE
+    x = np.array([p[0] for p in DSA_BWD_MEASURED], dtype=float)
+    y = np.array([p[1] for p in DSA_BWD_MEASURED], dtype=float) * 1e-3 / DSA_BWD_ROWS
+    i = np.clip(np.searchsorted(x, k) - 1, 0, len(x) - 2)
+    t = y[i] + (k - x[i]) * (y[i + 1] - y[i]) / (x[i + 1] - x[i])
+    return np.maximum(t, 0.0)
+
+
+def core_time_bwd(m: ModelSpec, b: Num, tp: Num, gpu: GPU) -> Num | None:
+    """Backward seconds per GPU of the mean layer's sparse attention core at cuDNN's
+    measured rate (docs/calibration.md §5.164): each query's keys
+    (``sparse_attention.keys_per_query``) at ``dsa_bwd_seconds``, summed over the
+    sequence and averaged over the layers (``ratio_shares``), times the ``b·a/tp`` head
+    rows of the micro-batch, at that rate's fraction of the measured chip's 16-bit peak
+    on ``gpu`` (its time times ``peak(B200) / peak(gpu)``). None on a GPU of another
+    generation than the measured kernel's (``gemm_kernel.GEMM_GENERATION`` ``sm_100``: no
+    figure for the SM90 path), where the dense kernel's rate stays. Read by
+    ``attention_time.attention_time_fwd`` in place of the dense kernel's backward."""
+    from strategies.cost.gemm_kernel import GEMM_GENERATION
+    from strategies.cost.sparse_attention import keys_per_query
+    from topologies.gpus import get_gpu
+    if GEMM_GENERATION.get(gpu.name) != GEMM_GENERATION[DSA_BWD_GPU]:
+        return None
+    per = sum(w * float(dsa_bwd_seconds(keys_per_query(m, r)).sum())
+              for r, w in ratio_shares(m).items() if w)
+    scale = get_gpu(DSA_BWD_GPU).peak("bf16") / gpu.peak("bf16")
+    return per * scale * b * (m.num_attention_heads / tp)
 
 
 def hc_bytes_per_token(m: ModelSpec) -> float:
