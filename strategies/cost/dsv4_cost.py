@@ -13,9 +13,9 @@ Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_varia
 
 - the attention core: FlashMLA's sparse forward and cuDNN Frontend's DSA backward over the
   window and the selected compressed entries (``fused_csa_indexer_sparse_attn``): the keys
-  of ``sparse_attention.attended_keys``, priced at the fused-attention rate of the catalog
-  (``attention_time``; no public training figure of these kernels, docs/calibration.md
-  §5.158).
+  of ``sparse_attention.attended_keys``, the forward at the fused-attention rate of the
+  catalog (``attention_time``; no training figure of FlashMLA's kernel), the backward at
+  cuDNN's measured rate on Blackwell (``core_time_bwd``, docs/calibration.md §5.164).
 - each compressed layer's ``Compressor``: ``wkv`` and ``wgate`` ``h -> c·d`` on every token
   (whole on each tensor-parallel rank), then a softmax-gated pooling of ``c·r`` rows into
   each entry: it reads both outputs (``2·c·d`` per token) and writes ``c·d/r``.
@@ -31,6 +31,8 @@ Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_varia
   bias-dropout-add moves ``3h`` (``hc_bytes_per_token``).
 - hash-routed layers compute no router logits (``moe/router.py`` l.208-244): the mean
   layer's router GEMM counts the learned-router layers only (``router_share``).
+- the Sinkhorn kernels of the hyper-connections (``sinkhorn_time``, read by ``layer_time``)
+  and the indexer's detached inputs (``DetachedInput``, read by ``gemm_time.units_in``).
 """
 from __future__ import annotations
 
@@ -189,17 +191,17 @@ def dsa_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, core_flops: Num, core_s
 
 
 #: cuDNN Frontend's DSA sparse-attention backward, the kernel Megatron-Core's backward runs
-#: (``sparse_attention_backward_wrapper``, ``fused_sparse_attention.py`` l.1848-1858 at
+#: (``sparse_attention_backward_wrapper``, ``fused_sparse_attention.py`` l.1854-1864 at
 #: d48bd6be), as measured in NVIDIA/cudnn-frontend#318 (2026-06-21, the "new" column):
 #: ``s_q = s_kv = 4096``, ``H = 64``, ``D_qk = D_v = 512``, every query ``topk`` keys;
 #: ``(topk, milliseconds)`` on an SM100 GPU (the PR names no board; taken as the catalog's
-#: B200, ``DSA_BWD_GPU``, as the DSA PRs that name one measured on).
+#: B200, ``DSA_BWD_GPU``, as most DSA PRs that name one measured on: #640, #730, #817).
 DSA_BWD_MEASURED = ((128, 0.560), (512, 1.233), (1024, 2.155), (2048, 4.019))
 #: the measurement's queries x heads, and its chip
 DSA_BWD_ROWS, DSA_BWD_GPU = 4096 * 64, "B200-SXM-180GB"
 #: keys per tile of the SM100 sparse kernels at ``D`` 512 (``_get_topk_alignment``,
 #: ``fused_sparse_attention.py`` l.111-122): a query's keys run as whole tiles (the
-#: compacted ``topk_length`` sets the tile count, l.1507-1510)
+#: compacted ``topk_length`` sets the tile count, l.1509)
 DSA_KEY_TILE = 64
 
 
