@@ -1,11 +1,12 @@
 """DeepSeek-V4 Flash's terms for one layer and one micro-batch on GB300 (GB200 with
-``--gpu gb200``) in MXFP8, milliseconds (docs/calibration.md §5.158): the attention
+``--gpu gb200``) in MXFP8, milliseconds (docs/calibration.md §5.158, §5.164): the attention
 forward and backward (the sparse core and, where priced, the indexer's and its loss's DSA
 kernels, each apart), the ``dsv4_gemms`` list's forward and backward (each GEMM's), the memory-bound
 passes, the data gradient of the indexer's projections (their inputs are detached in
-Megatron-Core, not priced) and the seconds a step the attention would add at half its rate
-(the recipe's 43 layers x 16 micro-batches). Runs on a tree before §5.158 too (the DSA
-lines are then absent). About 2 s.
+Megatron-Core; 0 from §5.164), the seconds a step the attention would add at half its rate
+(the recipe's 43 layers x 16 micro-batches) and, from §5.164, the Sinkhorn kernels, the MTP
+module's sliding-window layer's attention and the sparse core's backward at cuDNN's measured
+rate. Runs on a tree before §5.158 too (the DSA and §5.164 lines are then absent). About 2 s.
 
     python experiments/dsv4_layer_terms.py [--gpu gb300]
 """
@@ -65,7 +66,18 @@ def main() -> None:
     print(f"DeepSeek-V4 memory-bound forward {_ms(mb)} ms")
     al, w = gemms_time_bwd_split(x[2:5], 1, g, "mxfp8")   # the indexer's compressor, wq_b,
     print(f"indexer projections' data gradient {_ms(al - w)} ms a layer, "  # weights_proj
-          f"{round(float(al - w) * STEP_LAYERS, 3)} s a step")
+          f"{round(float(al - w) * STEP_LAYERS, 3)} s a step (0 where their detached inputs "
+          f"are priced, §5.164)")
+    if hasattr(dc, "sinkhorn_time"):     # §5.164: Sinkhorn, MTP layer, measured backward
+        sf, sb = dc.sinkhorn_time(m, 1, 1, 1, False, hbm)
+        print(f"Sinkhorn kernels forward {_ms(sf)} ms, backward {_ms(sb)} ms a layer")
+        v = m.mtp_layer_model()
+        vf, vb = at.attention_time_fwd(v, 1, 1, 1, True, g, 1.0, get_profile("nemo"))
+        print(f"MTP module's sliding-window layer: attention forward {_ms(vf)} ms, "
+              f"backward {_ms(vb)} ms")
+        print(f"sparse core backward at cuDNN's measured rate {_ms(dc.core_time_bwd(m, 1, 1, g))}"
+              f" ms a layer ({round(2.5 * fc / float(dc.core_time_bwd(m, 1, 1, g)) / 1e15, 2)}"
+              f" PFLOPS)")
     bound = f + b - (T * dc.loss_bytes_per_token(m) / hbm if dsa else 0.0)
     print(f"attention's compute-bound kernels at half their rate: "
           f"+{round(float(bound) * STEP_LAYERS, 3)} s a step")

@@ -131,14 +131,15 @@ def test_hc_mapping_mma_hides_under_its_read():
 
 
 def test_precisions_as_megatron_runs_them():
-    """``wo_a`` (an einsum) and ``weights_proj`` (FP8 disabled) at the 16-bit rate
-    (``row_parallel`` None); the other compressor and indexer projections Transformer
-    Engine linears (False); another model's output projection unchanged."""
+    """``wo_a`` (an einsum), the compressors (the indexer's too) and ``weights_proj`` (FP8
+    disabled) at the 16-bit rate (``row_parallel`` None); the indexer's ``wq_b`` a
+    Transformer Engine linear at the run's precision (False); another model's output
+    projection unchanged."""
     parts = gemm_shapes.layer_gemm_parts(M, 1, 1, 1, 1)
     names = [n for n, *_ in M.attention_linears()]
     assert [g[4] for _, g in parts[:len(names)]] == \
         [False if n != "o_down" else None for n in names[:4]] + [True]
-    assert [g[4] for g in dsv4_cost.dsv4_gemms(M, 1)] == [False, False, False, False, None]
+    assert [g[4] for g in dsv4_cost.dsv4_gemms(M, 1)] == [None, None, None, False, None]
     v3 = model_preset("deepseek-v3")
     assert all(g[4] is not None for p, g in gemm_shapes.layer_gemm_parts(v3, 1, 1, 1, 1)
                if p in ("attn", "mla_up"))

@@ -87,7 +87,8 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
 ``cp_allgather.copy_bytes_fwd``/``_bwd``; the
     sliding-window layers of a shape cuDNN times on the chip at its measured rate,
     ``window_kernel``, ``_measured_window``; for DeepSeek-V4 the indexer's and its loss's
-    kernels in the forward, ``dsv4_cost.dsa_time_fwd``)."""
+    kernels in the forward, ``dsv4_cost.dsa_time_fwd``, and the sparse core's backward at
+    cuDNN's measured rate, ``dsv4_cost.core_time_bwd``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -122,6 +123,9 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
         t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
     if m.is_dsv4:   # the indexer's and its loss's DSA kernels, in the forward only (§5.158)
         t_flash = t_flash + dsv4_cost.dsa_time_fwd(m, b, tp, cp, f_flash, t_flash, hbm)
+        # the sparse core's backward: cuDNN's DSA kernel at its measured rate (§5.164)
+        t_dsa = dsv4_cost.core_time_bwd(m, b, tp, gpu)
+        t_flash_b = t_flash_b if t_dsa is None else slow * t_dsa
     if fw.fp8_attention:   # TE's MXFP8 fused attention: cuDNN's measured ratios, its casts
         k_f, k_b = (1.0, 1.0) if win is not None else fp8a.time_factors(m, gpu,
                                                                          m.seq_length / cp)

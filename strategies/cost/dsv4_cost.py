@@ -13,9 +13,9 @@ Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_varia
 
 - the attention core: FlashMLA's sparse forward and cuDNN Frontend's DSA backward over the
   window and the selected compressed entries (``fused_csa_indexer_sparse_attn``): the keys
-  of ``sparse_attention.attended_keys``, priced at the fused-attention rate of the catalog
-  (``attention_time``; no public training figure of these kernels, docs/calibration.md
-  §5.158).
+  of ``sparse_attention.attended_keys``, the forward at the fused-attention rate of the
+  catalog (``attention_time``; no training figure of FlashMLA's kernel), the backward at
+  cuDNN's measured rate on Blackwell (``core_time_bwd``, docs/calibration.md §5.164).
 - each compressed layer's ``Compressor``: ``wkv`` and ``wgate`` ``h -> c·d`` on every token
   (whole on each tensor-parallel rank), then a softmax-gated pooling of ``c·r`` rows into
   each entry: it reads both outputs (``2·c·d`` per token) and writes ``c·d/r``.
@@ -31,11 +31,16 @@ Megatron-Core as it runs the model (dev d48bd6be, ``experimental_attention_varia
   bias-dropout-add moves ``3h`` (``hc_bytes_per_token``).
 - hash-routed layers compute no router logits (``moe/router.py`` l.208-244): the mean
   layer's router GEMM counts the learned-router layers only (``router_share``).
+- the Sinkhorn kernels of the hyper-connections (``sinkhorn_time``, read by ``layer_time``)
+  and the indexer's detached inputs (``DetachedInput``, read by ``gemm_time.units_in``).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
+from topologies.gpus import GPU
 
 #: bytes of one score the indexer writes and its top-k reads (fp32)
 SCORE_BYTES = 4.0
@@ -73,30 +78,47 @@ def bf16_einsum(m: ModelSpec, name: str) -> bool:
     return m.is_dsv4 and name == "o_down"
 
 
+class DetachedInput(tuple):
+    """A GEMM ``(count, M, N, K, row_parallel)`` whose input takes no gradient: its backward
+    is the weight gradient alone (``gemm_time.units_in`` prices no data gradient for it).
+    Transformer Engine's ``Linear`` runs the data-gradient GEMM only where its input requires
+    a gradient (``transformer_engine/pytorch/module/linear.py`` at d0067d0, l.711
+    ``requires_dgrad = input_requires_grad``, l.1018); DeepSeek-V4's indexer projections
+    read ``x.detach()`` and ``qr.detach()`` (Megatron-Core dev d48bd6be, ``csa.py``
+    l.2024-2028, ``_forward_fused_indexer_training``). A plain tuple otherwise."""
+
+    __slots__ = ()
+
+
 def dsv4_gemms(m: ModelSpec, T: Num) -> list[tuple]:
     """The mean layer's DeepSeek-V4 GEMMs beyond ``attention_linears`` on ``T`` rows, each
     ``(count, M, N, K, row_parallel)``, whole on every tensor-parallel rank: compressors
-    ``h -> 2·c·d`` (``wkv`` and ``wgate``), the indexer's ``wq_b`` and its compressor ``h ->
-    2·2·d_I``, Transformer Engine linears at the run's precision (``backend.linear()``,
-    Megatron-Core ``experimental_attention_variant_module_specs.py`` l.110-175;
-    ``row_parallel`` False); its ``weights_proj`` ``h -> H_I``, run with FP8 disabled
-    (``csa.py`` l.1592; ``row_parallel`` None as the router); [] without
+    ``h -> 2·c·d`` (``wkv`` and ``wgate``) and the indexer's own ``h -> 2·2·d_I``, built and
+    run with FP8 disabled (``csa.py`` l.1064, l.1160: "the compressor GEMMs in high precision
+    (BF16) even under FP8 training"; ``row_parallel`` None, the 16-bit rate, as the router);
+    the indexer's ``wq_b``, a Transformer Engine linear at the run's precision
+    (``backend.linear()``, Megatron-Core ``experimental_attention_variant_module_specs.py``
+    l.110-175, "runs in FP8 under FP8 training", ``csa.py`` l.1576; ``row_parallel``
+    False); its ``weights_proj`` ``h -> H_I``, FP8 disabled (``csa.py`` l.1495, l.1597;
+    None); [] without
     ``compress_ratios``. Not GEMMs here: the indexer's scores, a cuDNN fused kernel priced
     with its loss's (``dsa_flops_fwd_per_token``), and the hyper-connection mappings, whose
     TF32 MMA runs inside the norm's pass over the streams (``HC_MAPPING_FLOP_PER_BYTE``).
     Forward FLOPs per token equal ``sparse_attention.sparse_flops_fwd_per_token``'s
-    ``compressor`` and ``indexer`` less the scores (tests)."""
+    ``compressor`` and ``indexer`` less the scores (tests). The indexer's three GEMMs read
+    detached inputs (``DetachedInput``: no data gradient)."""
     if not m.is_dsv4:
         return []
     h, d, sh = m.hidden_size, m.head_dim, ratio_shares(m)
     out: list[tuple] = []
     for r, c in ((4, 2), (128, 1)):
         if sh[r]:
-            out.append((sh[r], T, 2 * c * d, h, False))
+            out.append((sh[r], T, 2 * c * d, h, None))       # BF16 (l.1160)
     if sh[4]:
         hi, di = m.index_n_heads, m.index_head_dim
-        out += [(sh[4], T, 2 * 2 * di, h, False), (sh[4], T, hi * di, m.q_lora_rank, False),
-                (sh[4], T, hi, h, None)]            # weights_proj: FP8 disabled (l.1592)
+        out += [DetachedInput(g) for g in (
+            (sh[4], T, 2 * 2 * di, h, None), (sh[4], T, hi * di, m.q_lora_rank, False),
+            (sh[4], T, hi, h, None))]               # weights_proj: FP8 disabled (l.1597)
     return out
 
 
@@ -168,6 +190,54 @@ def dsa_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, core_flops: Num, core_s
     return T * f * core_s / core_flops + T * loss_bytes_per_token(m) / hbm
 
 
+#: cuDNN Frontend's DSA sparse-attention backward, the kernel Megatron-Core's backward runs
+#: (``sparse_attention_backward_wrapper``, ``fused_sparse_attention.py`` l.1854-1864 at
+#: d48bd6be), as measured in NVIDIA/cudnn-frontend#318 (2026-06-21, the "new" column):
+#: ``s_q = s_kv = 4096``, ``H = 64``, ``D_qk = D_v = 512``, every query ``topk`` keys;
+#: ``(topk, milliseconds)`` on an SM100 GPU (the PR names no board; taken as the catalog's
+#: B200, ``DSA_BWD_GPU``, as most DSA PRs that name one measured on: #640, #730, #817).
+DSA_BWD_MEASURED = ((128, 0.560), (512, 1.233), (1024, 2.155), (2048, 4.019))
+#: the measurement's queries x heads, and its chip
+DSA_BWD_ROWS, DSA_BWD_GPU = 4096 * 64, "B200-SXM-180GB"
+#: keys per tile of the SM100 sparse kernels at ``D`` 512 (``_get_topk_alignment``,
+#: ``fused_sparse_attention.py`` l.111-122): a query's keys run as whole tiles (the
+#: compacted ``topk_length`` sets the tile count, l.1509)
+DSA_KEY_TILE = 64
+
+
+def dsa_bwd_seconds(keys: np.ndarray) -> np.ndarray:
+    """Seconds of the measured backward (``DSA_BWD_MEASURED``) per query and head on its
+    chip for queries of ``keys`` keys each: whole tiles of ``DSA_KEY_TILE``, the time linear
+    between the measured points (and past the end segments, floored at 0)."""
+    k = np.ceil(np.asarray(keys, dtype=float) / DSA_KEY_TILE) * DSA_KEY_TILE
+    x = np.array([p[0] for p in DSA_BWD_MEASURED], dtype=float)
+    y = np.array([p[1] for p in DSA_BWD_MEASURED], dtype=float) * 1e-3 / DSA_BWD_ROWS
+    i = np.clip(np.searchsorted(x, k) - 1, 0, len(x) - 2)
+    t = y[i] + (k - x[i]) * (y[i + 1] - y[i]) / (x[i + 1] - x[i])
+    return np.maximum(t, 0.0)
+
+
+def core_time_bwd(m: ModelSpec, b: Num, tp: Num, gpu: GPU) -> Num | None:
+    """Backward seconds per GPU of the mean layer's sparse attention core at cuDNN's
+    measured rate (docs/calibration.md §5.164): each query's keys
+    (``sparse_attention.keys_per_query``) at ``dsa_bwd_seconds``, summed over the
+    sequence and averaged over the layers (``ratio_shares``), times the ``b·a/tp`` head
+    rows of the micro-batch, at that rate's fraction of the measured chip's 16-bit peak
+    on ``gpu`` (its time times ``peak(B200) / peak(gpu)``). None on a GPU of another
+    generation than the measured kernel's (``gemm_kernel.GEMM_GENERATION`` ``sm_100``: no
+    figure for the SM90 path), where the dense kernel's rate stays. Read by
+    ``attention_time.attention_time_fwd`` in place of the dense kernel's backward."""
+    from strategies.cost.gemm_kernel import GEMM_GENERATION
+    from strategies.cost.sparse_attention import keys_per_query
+    from topologies.gpus import get_gpu
+    if GEMM_GENERATION.get(gpu.name) != GEMM_GENERATION[DSA_BWD_GPU]:
+        return None
+    per = sum(w * float(dsa_bwd_seconds(keys_per_query(m, r)).sum())
+              for r, w in ratio_shares(m).items() if w)
+    scale = get_gpu(DSA_BWD_GPU).peak("bf16") / gpu.peak("bf16")
+    return per * scale * b * (m.num_attention_heads / tp)
+
+
 def hc_bytes_per_token(m: ModelSpec) -> float:
     """HBM bytes per token one layer's hyper-connections move beyond a single residual
     stream's bias-dropout-add, forward: two blocks of ``(4n + 2 - 3)·h`` bf16 elements
@@ -176,6 +246,42 @@ def hc_bytes_per_token(m: ModelSpec) -> float:
     ``elementwise_bytes``); 0 with one stream."""
     n = m.hc_streams
     return 0.0 if n == 1 else 2 * (4 * n - 1) * m.hidden_size * ACT_BYTES
+
+
+#: bytes of one element of the hyper-connections' Sinkhorn matrices and workspace (fp32)
+MAP_BYTES = 4.0
+
+
+def sinkhorn_bytes_per_token(m: ModelSpec) -> tuple[float, float]:
+    """HBM bytes per token ``(forward, backward)`` of one layer's Sinkhorn-Knopp kernels, one
+    per block (two), on each token's ``n x n`` fp32 residual-mixing logits (``use_fused_mhc``:
+    Triton's ``_triton_sinkhorn_fwd_kernel``/``_bwd_kernel``, Megatron-Core dev d48bd6be
+    ``fusions/fused_mhc_kernels.py`` l.224-390; the ``I = hc_sinkhorn_iters`` iterations in
+    registers). Forward: reads the logits, writes the result and the initial matrix ``M_init``
+    the backward reads, ``3·n²``. Backward: reads the gradient and ``M_init`` and writes the
+    logits' gradient (``3·n²``), and replays the iterations into a workspace it then reads
+    back in reverse, ``2·I`` matrices and ``I`` row and ``I`` column sums (l.364-366), each
+    written and read: ``2·(2·I·n² + 2·I·n)``. Elements of ``MAP_BYTES``; ``(0, 0)`` with one
+    stream. Not in ``elementwise_bytes_fwd``: the backward is not twice the forward."""
+    n, it = m.hc_streams, m.hc_sinkhorn_iters
+    if n == 1:
+        return 0.0, 0.0
+    return (2 * 3 * n * n * MAP_BYTES,
+            2 * (3 * n * n + 2 * (2 * it * n * n + 2 * it * n)) * MAP_BYTES)
+
+
+def sinkhorn_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, hbm: float
+                  ) -> tuple[Num, Num]:
+    """Seconds per GPU ``(forward, backward)`` of the mean layer's Sinkhorn kernels
+    (``sinkhorn_bytes_per_token`` on the ``b·s/cp`` tokens, over sequence parallelism's
+    split of the per-token work as the hyper-connections' other passes, at ``hbm`` bytes/s);
+    ``(0, 0)`` for another model. Read by ``layer_time.layer_time``."""
+    if not m.is_dsv4:
+        return 0.0, 0.0
+    from strategies.cost.elementwise_bytes import _seq_shard
+    T = tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp) / hbm
+    f, bw = sinkhorn_bytes_per_token(m)
+    return T * f, T * bw
 
 
 def sparse_bytes_per_token(m: ModelSpec) -> float:

@@ -14,6 +14,7 @@ import numpy as np
 from strategies.cost import gemm_shapes
 from strategies.cost.gemm_kernel import (GEMM_GENERATION, gemm_ratio, gemm_unit, gemm_fixed_s,
                                          gemm_waves, grouped_occupancy, k_knee)
+from strategies.cost.dsv4_cost import DetachedInput
 from strategies.cost.grad_time import GRAD_BYTES_16
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.quant_scope import scope_formats
@@ -165,7 +166,8 @@ def units_in(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False
     from its ``count``: ``(pieces, fwd, dgrad_pieces, dgrad, wgrad)``: the forward runs as
     ``pieces`` GEMMs of ``fwd`` seconds (``tp`` pieces of ``M/tp`` rows under TP overlap; the
     bf16 router is not split), the data gradient ``(M, K, N)`` as ``dgrad_pieces`` of
-    ``dgrad`` seconds (the row-parallel weights split under TP overlap) and the weight
+    ``dgrad`` seconds (the row-parallel weights split under TP overlap; 0 pieces for a
+    ``dsv4_cost.DetachedInput``, whose input takes no gradient) and the weight
     gradient ``(K, N, M)`` as one of ``wgrad`` seconds, whose output is the main gradient:
     read and written in fp32 when the framework fuses the accumulation into the GEMM, else
     written once in 16 bits (the separate add is ``grad_accum_time``). ``backward`` False:
@@ -190,13 +192,14 @@ def units_in(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False
 
         def occ(rows: Num, cols: Num) -> Num:
             return grouped_share_occupancy(sh, rows, cols, gpu, dtype)
+        dg = 0.0 if isinstance(gemms[i], DetachedInput) else 1.0   # no data gradient
         if row is None:                                   # MoE router: bf16, not split
             r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
             f = gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
             if not backward:
                 out.append((1.0, f, 1.0, None, None))
                 continue
-            out.append((1.0, f, 1.0, gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
+            out.append((1.0, f, dg, gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
                         gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
         f = gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0,
@@ -205,7 +208,7 @@ def units_in(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False
             out.append((split, f, 1.0, None, None))
             continue
         s = split if row else 1.0
-        out.append((split, f, s,
+        out.append((split, f, dg * s,
                     gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0,
                               occupancy=occ(M / s, K)),
                     gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strategies.cost import async_tp
-from strategies.cost import elementwise_bytes, gemm_shapes, moe_bytes, param_counts
+from strategies.cost import dsv4_cost, elementwise_bytes, gemm_shapes, moe_bytes, param_counts
 from strategies.cost import measured
 from strategies.cost import recompute as rcp
 from strategies.cost.attention_time import attention_time_fwd
@@ -250,7 +250,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system, fw)
     e_plain = elementwise_bytes.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
         / usable_hbm(gpu, system)
-    e = e_plain + c_f
+    # DeepSeek-V4's Sinkhorn kernels: their backward is not twice their forward
+    sk_f, sk_b = dsv4_cost.sinkhorn_time(m, b, tp, cp, sp, usable_hbm(gpu, system))
+    e = e_plain + c_f + sk_f
     layer_w = param_counts.layer_params_per_gpu(m, tp, ep, etp)
     acc = grad_accum_time(layer_w / shard, gpu, dtype, fw, system) \
         + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
@@ -276,7 +278,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher, pad) * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,

@@ -37,13 +37,17 @@ def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
     """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module
     (``ModelSpec.mtp_params``): its block's layers (``ModelSpec.mtp_block_kinds``: one
     transformer layer, MoE when the model is, or a hybrid model's pattern; each
-    ``layer_params_split`` of its kind, routed experts over ``etp·ep``), the ``2h -> h``
-    projection over ``tp`` and three norms; once however many depths it runs."""
+    ``layer_params_split`` of its kind, routed experts over ``etp·ep``; DeepSeek-V4's a
+    sliding-window layer, ``ModelSpec.mtp_layer_model``), the ``2h -> h``
+    projection over ``tp``, three norms and DeepSeek-V4's stream contraction
+    (``hc_head_params``, replicated); once however many depths it runs."""
     dense, expert = 0.0, 0.0
+    mm = m.mtp_layer_model()        # DeepSeek-V4's MTP layer: a sliding-window one
     for k in m.mtp_block_kinds():
-        d_k, e_k = layer_params_split(m.of_kind(k), tp, ep, etp)
+        d_k, e_k = layer_params_split(mm.of_kind(k), tp, ep, etp)
         dense, expert = dense + d_k, expert + e_k
-    return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
+    return (dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params() + m.hc_head_params(),
+            expert)
 
 
 def mtp_embedding_copy_params(m: ModelSpec, tp: Num, mtp_modules: Num,

@@ -15,6 +15,8 @@ docs/calibration.md §5.154).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from strategies.cost.attention_counts import score_elements
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
@@ -54,6 +56,21 @@ def attended_keys(m: ModelSpec, ratio: int, s: int | None = None) -> int:
         keys += compressed_visible(s, 128)
     elif ratio == 4:
         keys += compressed_selected(s, 4, m.index_topk)
+    return keys
+
+
+def keys_per_query(m: ModelSpec, ratio: int, s: int | None = None) -> np.ndarray:
+    """Keys each of the ``s`` (default ``seq_length``) queries attends in a layer of
+    ``ratio``, by 0-based position ``i``: ``min(i+1, W)`` window keys plus ``floor((i+1)/r)``
+    compressed entries (all at 128, at most ``index_topk`` at 4). Summed:
+    ``attended_keys``."""
+    _check_ratio(m, ratio)
+    j = np.arange(1, (m.seq_length if s is None else s) + 1)
+    keys = np.minimum(j, m.sliding_window)
+    if ratio == 128:
+        keys = keys + j // 128
+    elif ratio == 4:
+        keys = keys + np.minimum(j // 4, m.index_topk)
     return keys
 
 

@@ -19,9 +19,9 @@ from strategies.model.dsv4 import RATIO_KINDS
 #: DeepSeek-V4's router scores (``scoring_func``) and top-k methods (``topk_method``).
 DSV4_SCORES = ("sqrtsoftplus", "sigmoid", "softmax")
 
-#: Keys read here beyond ``READ_COMMON``. ``hc_sinkhorn_iters`` and ``hc_eps``: the Sinkhorn
-#: normalisation of each token's ``n x n`` residual mixing (20 iterations of ``n²`` = 16
-#: divisions and sums per token and layer, some 10^-8 of the layer's FLOPs) is neglected;
+#: Keys read here beyond ``READ_COMMON``. ``hc_sinkhorn_iters``: the Sinkhorn normalisation of
+#: each token's ``n x n`` residual mixing, priced by its HBM traffic
+#: (``dsv4_cost.sinkhorn_bytes_per_token``); ``hc_eps`` changes no cost;
 #: ``rope_theta``/``compress_rope_theta``/``rope_scaling`` change no cost (Megatron-Core's
 #: DSv4 attention forces YaRN's attention factor to 1: ``deepseek_v4_hybrid_attention.py``
 #: l.364-366); ``expert_dtype`` and ``quantization_config`` are the checkpoint's storage,
@@ -74,6 +74,7 @@ def read_deepseek_v4(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         index_head_dim=get_int(cfg, "index_head_dim", None),
         index_topk=get_int(cfg, "index_topk", None),
         hc_streams=get_int(cfg, "hc_mult", 1), num_hash_layers=num_hash_layers(cfg),
+        hc_sinkhorn_iters=get_int(cfg, "hc_sinkhorn_iters", 20, lo=0),
         num_nextn_predict_layers=mtp, router_bias=True, attention_sinks=True)
     if cfg.get("swiglu_limit"):
         args["activation_clamp"] = open_number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)

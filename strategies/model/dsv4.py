@@ -29,6 +29,7 @@ Megatron-Bridge maps the HF checkpoint (``models/deepseek/deepseek_v4_bridge.py`
 """
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,6 +100,22 @@ class SparseAttentionShapes:
         has a bias (``router_bias``), else 0."""
         return self.num_hash_layers * self.num_experts if self.router_bias else 0
 
+    def mtp_layer_model(self) -> "ModelSpec":
+        """The model to cost a multi-token-prediction module's layer with: for DeepSeek-V4 a
+        view whose every layer is a sliding-window one with a learned router (its MTP
+        layer's ratio is ``compress_ratios``' 0 past the main layers: Megatron-Core dev
+        d48bd6be ``deepseek_v4_hybrid_attention.py`` l.119-121, Megatron-Bridge 067f987d
+        ``deepseek_v4_bridge.py`` ``_dsv4_compress_ratios`` l.187-216; no compressor, no
+        indexer; ``moe/router.py`` l.202-205 hash-routes no MTP layer), so its mean layer is
+        that layer (docs/calibration.md §5.164). The model itself otherwise. A view for
+        costing only, as ``of_kind``'s."""
+        if not self.is_dsv4:
+            return self
+        view = copy.copy(self)
+        object.__setattr__(view, "compress_ratios", (0,) * self.num_layers)
+        object.__setattr__(view, "num_hash_layers", 0)
+        return view
+
     def attention_kind_counts(self) -> dict[str, int]:
         """Main layers of each attention kind (``RATIO_KINDS``); a model without
         ``compress_ratios``: every layer ``sliding_attention`` with a window, else none."""
@@ -115,6 +132,7 @@ def check_dsv4(spec: "ModelSpec") -> None:
     from strategies.model.checks import check_positive
     from topologies.limits import MAX_HEADS, MAX_LAYERS, check_int
     check_int("hc_streams", spec.hc_streams, 1, MAX_HEADS)
+    check_int("hc_sinkhorn_iters", spec.hc_sinkhorn_iters, 0, MAX_LAYERS)
     check_int("num_hash_layers", spec.num_hash_layers, 0, MAX_LAYERS)
     if spec.num_hash_layers:
         if not spec.is_moe or spec.num_hash_layers > spec.num_moe_layers:

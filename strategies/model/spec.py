@@ -135,6 +135,9 @@ class ModelSpec(LayerKinds, ParamCounts, HybridShapes, LatentMtp, SparseAttentio
     index_topk: int | None = None             # ... and the compressed entries it selects
     #: residual streams of hyper-connections (HF ``hc_mult``); 1: a plain residual
     hc_streams: int = 1
+    #: Sinkhorn iterations of each token's stream mixing (HF ``hc_sinkhorn_iters``;
+    #: Megatron-Core's ``mhc_sinkhorn_iterations`` default 20)
+    hc_sinkhorn_iters: int = 20
     #: first MoE layers routed by a token-id table (HF ``num_hash_layers``)
     num_hash_layers: int = 0
 

@@ -97,7 +97,9 @@ def kinds_by_name(si: StageInputs, head: tuple) -> dict[str, KindCostArrays]:
     if len(kinds) > 1:
         by_kind = {k: kind_arrays(m.of_kind(k), si) for k in kinds}
     if m.num_nextn_predict_layers:
-        block = [by_kind.get(k) or kind_arrays(m.of_kind(k), si) for k in m.mtp_block_kinds()]
+        mm = m.mtp_layer_model()    # DeepSeek-V4's MTP layer: a sliding-window one
+        block = [(by_kind.get(k) if mm is m else None) or kind_arrays(mm.of_kind(k), si)
+                 for k in m.mtp_block_kinds()]
         layer = block[0] if len(block) == 1 else _summed(block)
         by_kind["mtp"] = mtp_arrays(m, layer, P.mbs, P.tp, P.cp, P.ep, P.tp_comm_overlap, si.gpu,
                                     si.dtype, si.slow, si.sy, head, si.full, P.etp)
