@@ -1,6 +1,6 @@
 """Seconds of a MoE layer's expert path besides its GEMMs on one GPU: the token permutations,
 quantisation padding, per-expert quantisation launches and output bias, the dispatcher's
-device-to-host synchronisation, and the host time of issuing the experts where it exceeds
+and gpt-oss's activation's device-to-host synchronisations, and the host time of issuing the experts where it exceeds
 their GPU time. Vectorised."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
 from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import runs_eager_clamp, runs_gpt_oss_bridge
 from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -90,6 +91,33 @@ def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
     return f / hbm + kf * gap, bw / hbm + kb * gap
 
 
+def queue_drain_time(ops: Num, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> Num:
+    """GPU idle seconds after one device-to-host synchronisation (docs/calibration.md §5.13):
+    the host waited until the GPU drained its queue, so the GPU then waits, serially, for
+    everything the host runs up to its next launch: the launch gap, plus ``HOST_PATH_S`` (the
+    host's path of one operator, ``strategies.launch_blocking``) per Python operator ``ops``
+    before it. The one rule every synchronisation is priced with (``moe_sync_time``,
+    ``geglu_sync_time``). Vectorised over ``ops``."""
+    return measured.launch_gap(gpu, fw.launch_gap_s) + ops * HOST_PATH_S
+
+
+def geglu_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT,
+                    gpu: GPU | None = None) -> float:
+    """GPU idle seconds per mean-layer call of the routed activation from Megatron-Core's
+    clamped quick-GEGLU building its ``linear_offset`` on the device
+    (``moe_bytes.GEGLU_SYNCS`` per call, each ``queue_drain_time`` of
+    ``moe_bytes.GEGLU_SYNC_HOST_OPS``), on the MoE layers' share, where the stack runs
+    gpt-oss as Megatron-Bridge's bridge builds it (``variants.runs_gpt_oss_bridge``) with the
+    eager activation (``variants.runs_eager_clamp``: not Transformer Engine's fused grouped
+    MLP); 0 otherwise. The caller adds it to each forward and each rerun of the activation,
+    and drops it under a full-iteration CUDA graph."""
+    if not (m.is_moe and runs_gpt_oss_bridge(m, fw) and runs_eager_clamp(fw)):
+        return 0.0
+    share = m.layer_shares().get("moe", 0.0)
+    return float(share * moe_bytes.GEGLU_SYNCS
+                 * queue_drain_time(moe_bytes.GEGLU_SYNC_HOST_OPS, fw, gpu))
+
+
 def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None,
                   dispatcher: Num = 0, pad: Num = False) -> Num:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
@@ -106,9 +134,8 @@ def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None 
         return (0.0 * code * moe_bytes.count_exchange(pad))[()]
     share = m.layer_shares().get("moe", 0.0)
     ops = np.asarray(moe_bytes.MOE_SYNC_HOST_OPS, dtype=float)[code]
-    gap = measured.launch_gap(gpu, fw.launch_gap_s)
     return (share * moe_bytes.MOE_SYNCS_FWD * moe_bytes.count_exchange(pad)
-            * (gap + ops * HOST_PATH_S))[()]
+            * queue_drain_time(ops, fw, gpu))[()]
 
 
 def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
