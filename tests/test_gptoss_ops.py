@@ -156,3 +156,21 @@ def test_row_moves_by_exactly_the_terms(rid, reruns):
     assert p.pp == 1 and sync > 0 and uf > 0 and bias_new > bias_old
     assert after.step_time_s - before.step_time_s == pytest.approx(
         n * (uf + ub + (1 + reruns) * sync + bias_new - bias_old), rel=1e-9)
+
+
+def test_layer_ops_table_reads_the_terms():
+    """``experiments/gptoss_layer_ops.py``: every row names a source, the §5.163 rows carry
+    exactly the new terms, and the priced rows' seconds are the cost functions' own."""
+    from experiments import gptoss_layer_ops as glo
+    from strategies.reference.cases import case_from_entry, load_reference
+    rows = {e["id"]: e for e in load_reference(glo.FILE)}
+    job = case_from_entry(rows[glo.ROW]).job
+    ops, tot = glo.layer_ops(job)
+    assert all(src for _, src, *_ in ops)
+    assert {state for *_, state in ops} <= {"priced", "§5.163", "view", "host", "sized"}
+    new = [(f, b) for _, _, _, f, b, state in ops if state == "§5.163"]
+    p, g, fw = job.plan, job.cluster.gpu, job.framework
+    assert new == [elementwise_time.attn_bias_add_time(GPT_OSS, p.mbs, p.tp, p.cp, p.sp, g,
+                                                       fw, job.system),
+                   (moe_time.geglu_sync_time(GPT_OSS, fw, g), 0.0)]
+    assert tot["geglu"] == new[1][0]
