@@ -174,3 +174,24 @@ def test_layer_ops_table_reads_the_terms():
                                                        fw, job.system),
                    (moe_time.geglu_sync_time(GPT_OSS, fw, g), 0.0)]
     assert tot["geglu"] == new[1][0]
+
+
+def test_bias_loop_only_where_megatron_core_runs_it():
+    """Megatron-Core's per-expert ``_apply_bias`` loop runs after the unfused ``GroupedLinear``
+    only: not under Transformer Engine's fused grouped MLP (the biases in cuDNN's grouped
+    GEMM), not in NeMo AutoModel (its own loop, ``elementwise_bytes.expert_bias_bytes``, was
+    charged besides it before §5.163), not on stacks without experts' biases read."""
+    nemo = get_profile("nemo")
+    fused = with_fused_grouped_mlp(nemo, "mxfp8")
+    assert moe_time.bias_loop(nemo) and moe_time.bias_loop(DEFAULT)
+    for fw in (fused, get_profile("automodel"), get_profile("torchtitan")):
+        assert not moe_time.bias_loop(fw)
+        assert moe_time.expert_bias_time(GPT_OSS, 4, 1, 1, 8, GB300, fw=fw) == (0.0, 0.0)
+    on = moe_time.expert_bias_time(GPT_OSS, 4, 1, 1, 8, GB300, fw=nemo)
+    assert on[0] > 0 and on[1] > 0
+    # AutoModel's own bias adds stay charged, once (eager_variant_time)
+    am = get_profile("automodel")
+    xf, xb = elementwise_bytes.expert_bias_bytes(GPT_OSS, 4, 1, 1)
+    hbm = hbm_rate.usable_hbm(GB300)
+    assert elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, GB300, fw=am) == (
+        pytest.approx(xf / hbm, rel=REL), pytest.approx(xb / hbm, rel=REL))
