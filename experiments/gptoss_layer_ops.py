@@ -12,9 +12,8 @@ Columns: the operation with its source (file:line at those tags), the model's te
 and backward ms, and its state: ``priced`` (a term prices it), ``§5.163`` (priced here),
 ``in GEMM`` (a cuBLASLt epilogue or a kernel's own pass, no pass of its own), ``view`` (no
 kernel), ``host`` (no device work), ``sized`` (a few µs, not priced; the figure is its bytes
-over the usable HBM bandwidth). The last lines: the model's layer, the row's measurement per
-layer and micro-batch (``moe_residuals.py``'s miss plus the model's layer), and what the
-§5.163 terms add.
+over the usable HBM bandwidth). The last line: the model's layer, what the row misses per
+layer and micro-batch (``moe_residuals.py``'s figure), and what the §5.163 terms add.
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import elementwise_bytes as eb  # noqa: E402
 from strategies.cost import elementwise_time as et  # noqa: E402
-from strategies.cost import gemm_shapes, moe_time  # noqa: E402
+from strategies.cost import gemm_shapes, moe_bytes, moe_time  # noqa: E402
 from strategies.cost.attention_time import attention_time_fwd  # noqa: E402
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, units_time_bwd,  # noqa: E402
                                        units_time_fwd, whole_split)
@@ -79,6 +78,9 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
     att_f, att_b = attention_time_fwd(m, b, tp, cp, p.flash_attn, g, 1.0, fw, sy)
     perm_f, perm_b = moe_time.moe_permute_time(m, b, tp, cp, ep, g, load, code, 1.0, sy, etp)
     bias_f, bias_b = moe_time.expert_bias_time(m, b, tp, cp, ep, g, load, etp, fw, sy)
+    # of which the split's backward cat: 2 of its backward passes and one kernel a layer
+    cat = (moe_bytes.expert_bias_bytes(m, b, tp, cp, load, etp)[1] * 2
+           / moe_bytes.EXPERT_BIAS_PASSES[1] / hbm + fw.launch_gap_s) * moe_time.bias_loop(fw)
     sync = moe_time.moe_sync_time(m, fw, g, code, p.moe_pad_to_capacity)
     geglu = moe_time.geglu_sync_time(m, fw, g)
     u_f, u_b = et.attn_bias_add_time(m, b, tp, cp, sp, g, fw, sy)
@@ -141,8 +143,11 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
         ("fc2 GroupedLinear (returns its biases)", f"{MC} transformer/moe/experts.py L203-215",
          "GEMM (routed fc2)", *fc2, "priced"),
         ("t + b * p per local expert, cat; dbias and dprobs reductions",
-         f"{MC} transformer/moe/experts.py L251-268", "expert_bias_time", bias_f, bias_b,
+         f"{MC} transformer/moe/experts.py L251-268", "expert_bias_time", bias_f, bias_b - cat,
          "priced"),
+        ("backward of its torch.split: a cat of the per-expert gradients",
+         "PyTorch split_with_sizes_backward (at::cat)", "EXPERT_BIAS_PASSES 6 -> 8 backward",
+         0.0, cat, "§5.163"),
         ("dispatch and combine all-to-alls", f"{MC} transformer/moe/token_dispatcher.py",
          "the estimate's ep_comm (fwd + bwd, exposed)", ep_comm, 0.0,
          "priced"),
@@ -151,7 +156,7 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
         ("host issue of the expert path over its GPU time", "§5.6", "moe_host_time", host_f,
          host_b, "priced"),
     ]
-    return rows, {"geglu": geglu, "bias_add": (u_f, u_b)}
+    return rows, {"geglu": geglu, "bias_add": (u_f, u_b), "split_cat": cat}
 
 
 def main() -> None:
@@ -176,11 +181,11 @@ def main() -> None:
     for i, (op, src, term, f, b, state) in enumerate(rows, 1):
         print(f"| {i} | {op} | {src} | {term} | {_ms(f)} | {_ms(b)} | {state} |")
     miss = (case.measured_step_s - est.step_time_s) / per
-    new = tot["geglu"] + sum(tot["bias_add"])
+    new = tot["geglu"] + sum(tot["bias_add"]) + tot["split_cat"]
     print()
-    print(f"model layer (stage record, fwd + bwd): {_ms(layer)} ms; measured per layer and "
-          f"micro-batch {_ms(layer + miss)} ms (missed {_ms(miss)} ms); the §5.163 terms "
-          f"{_ms(new)} ms of it (+ the sync's rerun where moe_act is recomputed)")
+    print(f"model layer (stage record, fwd + bwd): {_ms(layer)} ms; the row misses {_ms(miss)} "
+          f"ms per layer and micro-batch (moe_residuals.py's figure); the §5.163 terms are "
+          f"{_ms(new)} ms of the layer (+ the sync's rerun where moe_act is recomputed)")
 
 
 if __name__ == "__main__":

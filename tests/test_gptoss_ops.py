@@ -170,10 +170,18 @@ def test_layer_ops_table_reads_the_terms():
     assert {state for *_, state in ops} <= {"priced", "§5.163", "view", "host", "sized"}
     new = [(f, b) for _, _, _, f, b, state in ops if state == "§5.163"]
     p, g, fw = job.plan, job.cluster.gpu, job.framework
-    assert new == [elementwise_time.attn_bias_add_time(GPT_OSS, p.mbs, p.tp, p.cp, p.sp, g,
-                                                       fw, job.system),
-                   (moe_time.geglu_sync_time(GPT_OSS, fw, g), 0.0)]
-    assert tot["geglu"] == new[1][0]
+    assert new[:2] == [elementwise_time.attn_bias_add_time(GPT_OSS, p.mbs, p.tp, p.cp, p.sp,
+                                                           g, fw, job.system),
+                       (moe_time.geglu_sync_time(GPT_OSS, fw, g), 0.0)]
+    assert tot["geglu"] == new[1][0] and new[2][1] == tot["split_cat"]
+    # the split's cat is what EXPERT_BIAS_PASSES' 6 -> 8 adds to the bias path's backward
+    a, b, c, d = _off()
+    with c, d:
+        old = moe_time.expert_bias_time(GPT_OSS, p.mbs, p.tp, p.cp, p.ep, g, p.moe_imbalance,
+                                        p.etp, fw, job.system)[1]
+    now = moe_time.expert_bias_time(GPT_OSS, p.mbs, p.tp, p.cp, p.ep, g, p.moe_imbalance,
+                                    p.etp, fw, job.system)[1]
+    assert now - old == pytest.approx(tot["split_cat"], rel=1e-9)
 
 
 def test_bias_loop_only_where_megatron_core_runs_it():
