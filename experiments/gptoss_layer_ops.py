@@ -9,10 +9,10 @@ a few seconds.
     python experiments/gptoss_layer_ops.py [--row ID] [--file PATH]
 
 Columns: the operation with its source (file:line at those tags), the model's term, forward
-and backward ms, and its state: ``priced`` (a term prices it), ``§5.163`` (priced here),
-``in GEMM`` (a cuBLASLt epilogue or a kernel's own pass, no pass of its own), ``view`` (no
-kernel), ``host`` (no device work), ``sized`` (a few µs, not priced; the figure is its bytes
-over the usable HBM bandwidth). The last line: the model's layer, what the row misses per
+and backward ms, and its state: ``priced`` (a term prices it; a bias in a cuBLASLt epilogue
+rides its GEMM's), ``§5.163`` (priced there), ``view`` (no kernel), ``host`` (no device
+work), ``sized`` (a few µs, not priced; the figure is its bytes over the usable HBM
+bandwidth). The last line: the model's layer, what the row misses per
 layer and micro-batch (``moe_residuals.py``'s figure), and what the §5.163 terms add.
 """
 from __future__ import annotations
