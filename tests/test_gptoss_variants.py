@@ -120,10 +120,17 @@ def _layer(m, fw=DEFAULT, recompute=0, modules=0):
 
 
 def test_layer_time_adds_exactly_the_variant_time():
+    """The clamp and the RoPE, and the two §5.163 terms the bridge's settings bring (the
+    attention output's unfused bias add, the quick-GEGLU's synchronisation), which ``PLAIN``
+    (no clamp) does not run."""
+    from strategies.cost import moe_time
     with_v, without = _layer(GPT_OSS), _layer(PLAIN)
     vf, vb = elementwise_time.eager_variant_time(GPT_OSS, 2, 1, 1, H100)
-    assert with_v.fwd - without.fwd == pytest.approx(vf, rel=1e-9)
-    assert with_v.bwd - without.bwd == pytest.approx(vb, rel=1e-9)
+    uf, ub = elementwise_time.attn_bias_add_time(GPT_OSS, 2, 1, 1, False, H100)
+    sync = moe_time.geglu_sync_time(GPT_OSS, DEFAULT, H100)
+    assert uf > 0 and ub > 0 and sync > 0
+    assert with_v.fwd - without.fwd == pytest.approx(vf + uf + sync, rel=1e-9)
+    assert with_v.bwd - without.bwd == pytest.approx(vb + ub, rel=1e-9)
     assert with_v.wgrad == without.wgrad
 
 
@@ -158,8 +165,10 @@ def test_moe_act_recompute_reruns_the_clamp():
     from strategies.cost.recompute import modules_mask
     mask = modules_mask(("moe_act",))
     a, b = _layer(GPT_OSS, recompute=1, modules=mask), _layer(PLAIN, recompute=1, modules=mask)
+    from strategies.cost import moe_time
     clamp = elementwise_bytes.clamp_bytes(GPT_OSS, 2, 1, 1)[0] / hbm_rate.usable_hbm(H100) \
-        + elementwise_bytes.CLAMP_KERNELS[0] * LAUNCH_GAP_S
+        + elementwise_bytes.CLAMP_KERNELS[0] * LAUNCH_GAP_S \
+        + moe_time.geglu_sync_time(GPT_OSS, DEFAULT, H100)     # the rerun syncs again
     assert a.recompute - b.recompute == pytest.approx(clamp, rel=1e-9)
 
 

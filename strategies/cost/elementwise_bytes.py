@@ -344,6 +344,31 @@ def rope_unfused_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> tuple[Num, Num
     return tuple(((u - f) * elems)[()] for u, f in zip(ROPE_UNFUSED_BYTES, ROPE_FUSED_BYTES))
 
 
+#: HBM bytes per element of the attention block's output (``h`` per token) that Megatron-Core's
+#: unfused bias-dropout-add adds over the fused one ``elementwise_bytes_fwd`` prices, where the
+#: output projection returns its bias (``TERowParallelLinear``, ``skip_bias_add``) and
+#: ``bias_dropout_fusion`` is off (``fusions/fused_bias_dropout.py`` core_v0.17.0
+#: ``_bias_dropout_add_func`` L43-52: ``x = x + bias``, then ``dropout`` at ``p = 0``, which
+#: returns its input, then ``residual + out``, the fused kernel's bytes). Forward: the bias add
+#: reads and writes the output, 2 + 2; backward: autograd's gradient of the broadcast bias,
+#: a sum over the tokens reading the output's gradient once, 2 (the adds pass the gradient
+#: through). The MLP's bias-dropout-add has no bias (the MoE layer adds its experts' biases
+#: itself, ``expert_bias_bytes``).
+ATTN_BIAS_ADD_BYTES = (4.0, 2.0)
+#: Kernels of that bias add: the add forward, the bias gradient's reduction backward.
+ATTN_BIAS_ADD_KERNELS = (1, 1)
+
+
+def attn_bias_add_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the attention output's unfused bias add
+    (``ATTN_BIAS_ADD_BYTES`` per element of ``h`` over the layer's tokens, divided by ``t``
+    with SP as the bias-dropout-add's other work); the caller decides whether the stack runs
+    it (``variants.runs_gpt_oss_bridge``). Vectorised."""
+    elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) * m.hidden_size
+                       / _seq_shard(tp, sp), dtype=float)
+    return tuple((x * elems)[()] for x in ATTN_BIAS_ADD_BYTES)
+
+
 def eager_variant_kernels(m: ModelSpec, rope: bool = True) -> tuple[float, float]:
     """Kernels ``(forward, backward)`` the mean layer adds with the eager clamp
     (``CLAMP_KERNELS`` on the MoE layers' share) and the unfused RoPE (``ROPE_UNFUSED_KERNELS``

@@ -18,7 +18,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
 from strategies.stacks.profile import FrameworkProfile
-from strategies.stacks.variants import runs_eager_clamp
+from strategies.stacks.variants import runs_eager_clamp, runs_gpt_oss_bridge
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 
@@ -128,3 +128,21 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
         cl_f, cl_b = elementwise_bytes.eager_variant_kernels(m, False)
         return rf / hbm + (kf - cl_f) * gap, rb / hbm + (kb - cl_b) * gap
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
+
+
+def attn_bias_add_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
+                       fw: FrameworkProfile = DEFAULT,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` per layer and micro-batch of the attention output's
+    bias add that Megatron-Core runs unfused for gpt-oss (``variants.runs_gpt_oss_bridge``:
+    Megatron-Bridge's bridge turns ``bias_dropout_fusion`` off and the linears have biases):
+    ``elementwise_bytes.attn_bias_add_bytes`` over the usable HBM bandwidth plus a launch gap
+    per kernel (``elementwise_bytes.ATTN_BIAS_ADD_KERNELS``); 0 on every other model and
+    stack. docs/calibration.md §5.163."""
+    if not runs_gpt_oss_bridge(m, fw):
+        z = 0.0 * np.asarray(b, dtype=float) * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    f, bw = elementwise_bytes.attn_bias_add_bytes(m, b, tp, cp, sp)
+    hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
+    kf, kb = elementwise_bytes.ATTN_BIAS_ADD_KERNELS
+    return f / hbm + kf * gap, bw / hbm + kb * gap

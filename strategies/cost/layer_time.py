@@ -15,8 +15,8 @@ from strategies.cost import dsv4_cost, elementwise_bytes, gemm_shapes, moe_bytes
 from strategies.cost import measured
 from strategies.cost import recompute as rcp
 from strategies.cost.attention_time import attention_time_fwd
-from strategies.cost.elementwise_time import (cast_time, eager_variant_time, launch_time,
-                                              tp_layout_copy_time)
+from strategies.cost.elementwise_time import (attn_bias_add_time, cast_time, eager_variant_time,
+                                              launch_time, tp_layout_copy_time)
 from strategies.cost.quant_scope import scope_formats
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd, units_time_bwd,
                                        units_time_fwd, whole_split)
@@ -26,7 +26,8 @@ from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.mamba_mixer import mamba_scan_time
 from strategies.cost.split_projections import split_projection_time
 from strategies.cost.moe_time import (expert_bias_time, expert_pad_time, expert_quantise_time,
-                                      moe_host_time, moe_permute_time, moe_sync_time)
+                                      geglu_sync_time, moe_host_time, moe_permute_time,
+                                      moe_sync_time)
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
@@ -277,7 +278,12 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     p_f, p_b = p_f + q_f + k_f, p_b + q_b + k_b
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
-    sync = moe_sync_time(m, fw, gpu, dispatcher, pad) * np.logical_not(graphed)
+    # gpt-oss's attention-output bias add, unfused in Megatron-Core (§5.163)
+    u_f, u_b = attn_bias_add_time(m, b, tp, cp, sp, gpu, fw, system)
+    v_f, v_b = v_f + u_f, v_b + u_b
+    # the dispatcher's synchronisation and gpt-oss's activation's, each a queue drain
+    sync = (moe_sync_time(m, fw, gpu, dispatcher, pad) + geglu_sync_time(m, fw, gpu)) \
+        * np.logical_not(graphed)
     bwd0 = g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
@@ -291,7 +297,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_core,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
                          system=system, etp=etp, load=load, fw=fw, priced=(parts, units),
-                         stop=stop)
+                         stop=stop, graphed=graphed)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -329,7 +335,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
                    slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
                    etp: Num | None = None, load: Num = 1.0,
                    fw: FrameworkProfile = DEFAULT,
-                   priced: tuple[list, list] | None = None, stop: Num | None = None) -> Num:
+                   priced: tuple[list, list] | None = None, stop: Num | None = None,
+                   graphed: Num = False) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
@@ -342,7 +349,9 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     their ``gemm_units`` as the caller has them, ``layer_time``; None: priced here), the
     dense MLP's less its down projection on a stack whose recomputation never reruns the
     layer's last GEMM (``early_stop_saving``; ``stop``: that saving as the caller priced it
-    with the same arguments, ``layer_time``; None: priced here)."""
+    with the same arguments, ``layer_time``; None: priced here). The routed activation's
+    rerun repeats gpt-oss's activation synchronisation (``geglu_sync_time``; none under a
+    full-iteration graph, ``graphed``)."""
     hbm = usable_hbm(gpu, system)
     widths = gemm_shapes.mlp_part_widths(m)
     if priced is None:
@@ -362,7 +371,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     def act(part):
         return elementwise_bytes.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
-    clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0]
+    clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0] \
+        + geglu_sync_time(m, fw, gpu) * np.logical_not(graphed)
     if stop is None:
         stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
                                  load)

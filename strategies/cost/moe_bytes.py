@@ -64,6 +64,20 @@ MOE_SYNCS_FWD = 1
 #: list, HybridEP's pinned copy), so the experts' ``tolist()`` and DeepEP's ``.sum().item()``
 #: do not synchronise again.
 MOE_SYNC_HOST_OPS = (1, 0, 0)
+#: Device-to-host synchronisations per call of Megatron-Core's clamped quick-GEGLU, the routed
+#: activation gpt-oss's bridge selects (``fusions/fused_bias_geglu.py``
+#: ``weighted_bias_quick_geglu_impl`` L434 at core_v0.15.0 to core_v0.18.0:
+#: ``torch.tensor(linear_offset, dtype=input.dtype, device=input.device)``): a tensor built from
+#: a Python float on the device is a pageable host-to-device copy that PyTorch completes with
+#: ``cudaStreamSynchronize`` (``memcpy_and_sync``; pytorch/pytorch issues #120996 and #190217:
+#: ``torch.tensor(3.14, device="cuda")`` "called a synchronizing CUDA operation"). Once per MoE
+#: layer forward, and again in each rerun of the activation (selective ``moe_act``, full
+#: recomputation). Transformer Engine's fused grouped MLP does not call it.
+GEGLU_SYNCS = 1
+#: Python-level operators the host runs between that synchronisation and its next launch:
+#: ``WeightedQuickGeGLUFunction.apply`` (or its bias twin), whose compiled
+#: ``weighted_quick_geglu`` is the next kernel (L435-441): one operator's host path.
+GEGLU_SYNC_HOST_OPS = 1
 
 
 def count_exchange(pad: Num) -> Num:
@@ -196,10 +210,17 @@ def expert_pad_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,
 #: expert, ``torch.cat``): forward, write ``b·p``, read ``t`` and ``b·p`` and write the sum,
 #: read and write it again in the ``cat`` (6); backward, the gradients of ``b`` and ``p``
 #: (``(g·p).sum(0)``, ``(g·b).sum(-1)``): each product read and written, then read by its
-#: reduction (6). The fc1 bias rides the fused bias-activation kernel (no pass).
-EXPERT_BIAS_PASSES = (6, 6)
+#: reduction (6), and the ``torch.split`` of the output's gradient back into one tensor
+#: (autograd's ``split_with_sizes_backward`` is an ``at::cat`` of the per-expert gradients:
+#: read and write, 2; the forward ``cat``'s backward is views): 8 (docs/calibration.md
+#: §5.163). The fc1 bias rides Transformer Engine's grouped GEMM (cuBLASLt's ``BIAS``
+#: epilogue forward, ``BGRADB`` in the weight-gradient GEMM in 16 bits, ``bgrad_quantize`` per
+#: expert in a quantised recipe; ``module/grouped_linear.py`` v2.14 L207-218, L342-383): no
+#: pass of its own.
+EXPERT_BIAS_PASSES = (6, 8)
 #: Kernels that per-expert bias path launches per local expert: forward ``b·p`` and the add
-#: (plus one ``cat`` per layer), backward the two products and their two reductions.
+#: (plus one ``cat`` per layer), backward the two products and their two reductions (plus the
+#: split's ``cat`` per layer).
 EXPERT_BIAS_KERNELS = (2, 4)
 
 
@@ -222,12 +243,13 @@ def expert_bias_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,
 
 def expert_bias_kernels(m: ModelSpec, ep: Num) -> tuple[Num, Num]:
     """Kernels ``(forward, backward)`` of the mean layer's per-expert bias path
-    (``EXPERT_BIAS_KERNELS`` per local expert, ``E/ep``, and the forward's ``cat``), 0 for
-    experts without biases. Vectorised."""
+    (``EXPERT_BIAS_KERNELS`` per local expert, ``E/ep``, and one ``cat`` each way: the
+    forward's of the sums, the backward's of the split's gradients), 0 for experts without
+    biases. Vectorised."""
     if not (m.is_moe and m.bias):
         z = 0.0 * np.asarray(ep, dtype=float)
         return z[()], z[()]
     share = m.layer_shares().get("moe", 0.0)
     local = m.num_experts / np.asarray(ep, dtype=float)
     f, bw = EXPERT_BIAS_KERNELS
-    return (share * (f * local + 1))[()], (share * bw * local)[()]
+    return (share * (f * local + 1))[()], (share * (bw * local + 1))[()]

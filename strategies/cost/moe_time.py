@@ -1,6 +1,6 @@
 """Seconds of a MoE layer's expert path besides its GEMMs on one GPU: the token permutations,
 quantisation padding, per-expert quantisation launches and output bias, the dispatcher's
-device-to-host synchronisation, and the host time of issuing the experts where it exceeds
+and gpt-oss's activation's device-to-host synchronisations, and the host time of issuing the experts where it exceeds
 their GPU time. Vectorised."""
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
 from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import runs_eager_clamp, runs_gpt_oss_bridge
 from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -77,17 +78,59 @@ def expert_quantise_time(m: ModelSpec, ep: Num, gpu: GPU, dtype: str,
     return k_f * gap, k_b * gap
 
 
+def bias_loop(fw: FrameworkProfile) -> bool:
+    """Whether stack ``fw`` adds the routed experts' output biases in Megatron-Core's
+    per-expert loop (``TEGroupedMLP._apply_bias``, ``moe/experts.py`` core_v0.17.0
+    L251-268, after its unfused ``GroupedLinear`` fc2: ``grouped_mlp_casts``). Transformer
+    Engine's fused grouped MLP (Megatron-Core 0.18 ``_fused_forward`` returns before the loop)
+    passes both biases to cuDNN's grouped GEMM (TE v2.16 ``ops/fused/forward_grouped_mlp.py``
+    ``_pack_grouped_linear_bias_for_cudnn``, its ``bias_tensor``), and NeMo AutoModel adds
+    them in its own loop (``elementwise_bytes.expert_bias_bytes``, §5.157): neither runs
+    it (docs/calibration.md §5.163)."""
+    return bool(fw.grouped_mlp_casts)
+
+
 def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
                      system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's routed-expert output bias as
     Megatron-Core applies it, one local expert at a time (``moe_bytes.expert_bias_bytes`` over
     the usable HBM bandwidth, plus ``moe_bytes.expert_bias_kernels`` launch gaps); 0 for experts
-    without biases."""
+    without biases and on a stack that does not run that loop (``bias_loop``)."""
+    if not bias_loop(fw):
+        z = 0.0 * np.asarray(b, dtype=float) * np.asarray(ep, dtype=float)
+        return z[()], z[()]
     f, bw = moe_bytes.expert_bias_bytes(m, b, tp, cp, load, etp)
     kf, kb = moe_bytes.expert_bias_kernels(m, ep)
     hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
     return f / hbm + kf * gap, bw / hbm + kb * gap
+
+
+def queue_drain_time(ops: Num, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> Num:
+    """GPU idle seconds after one device-to-host synchronisation (docs/calibration.md §5.13):
+    the host waited until the GPU drained its queue, so the GPU then waits, serially, for
+    everything the host runs up to its next launch: the launch gap, plus ``HOST_PATH_S`` (the
+    host's path of one operator, ``strategies.launch_blocking``) per Python operator ``ops``
+    before it. The one rule every synchronisation is priced with (``moe_sync_time``,
+    ``geglu_sync_time``). Vectorised over ``ops``."""
+    return measured.launch_gap(gpu, fw.launch_gap_s) + ops * HOST_PATH_S
+
+
+def geglu_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT,
+                    gpu: GPU | None = None) -> float:
+    """GPU idle seconds per mean-layer call of the routed activation from Megatron-Core's
+    clamped quick-GEGLU building its ``linear_offset`` on the device
+    (``moe_bytes.GEGLU_SYNCS`` per call, each ``queue_drain_time`` of
+    ``moe_bytes.GEGLU_SYNC_HOST_OPS``), on the MoE layers' share, where the stack runs
+    gpt-oss as Megatron-Bridge's bridge builds it (``variants.runs_gpt_oss_bridge``) with the
+    eager activation (``variants.runs_eager_clamp``: not Transformer Engine's fused grouped
+    MLP); 0 otherwise. The caller adds it to each forward and each rerun of the activation,
+    and drops it under a full-iteration CUDA graph."""
+    if not (m.is_moe and runs_gpt_oss_bridge(m, fw) and runs_eager_clamp(fw)):
+        return 0.0
+    share = m.layer_shares().get("moe", 0.0)
+    return float(share * moe_bytes.GEGLU_SYNCS
+                 * queue_drain_time(moe_bytes.GEGLU_SYNC_HOST_OPS, fw, gpu))
 
 
 def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None,
@@ -106,9 +149,8 @@ def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None 
         return (0.0 * code * moe_bytes.count_exchange(pad))[()]
     share = m.layer_shares().get("moe", 0.0)
     ops = np.asarray(moe_bytes.MOE_SYNC_HOST_OPS, dtype=float)[code]
-    gap = measured.launch_gap(gpu, fw.launch_gap_s)
     return (share * moe_bytes.MOE_SYNCS_FWD * moe_bytes.count_exchange(pad)
-            * (gap + ops * HOST_PATH_S))[()]
+            * queue_drain_time(ops, fw, gpu))[()]
 
 
 def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -125,7 +167,8 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
     queue before the experts, so their host work shows wherever it exceeds the GPU time of
     the same kernels. Host seconds per MoE layer and pass: ``EXPERT_HOST_S`` per local expert
     (``E/ep``) and, for experts with biases, ``HOST_PATH_S`` per operator of Megatron-Core's
-    per-expert bias loop (``moe_bytes.expert_bias_kernels``). GPU seconds ``G``: the routed
+    per-expert bias loop (``moe_bytes.expert_bias_kernels``, where the stack runs it,
+    ``bias_loop``). GPU seconds ``G``: the routed
     experts' GEMMs (``slow`` times; backward data and weight gradients), the permutations
     ``permute`` and the bias path ``bias`` (both as the mean layer's ``moe_permute_time``/
     ``expert_bias_time`` give them). Exposed per MoE layer ``max(0, host - G)``, times the
@@ -137,7 +180,7 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
         z = 0.0 * np.asarray(b, dtype=float)
         return z[()], z[()]
     local = m.num_experts / np.asarray(ep, dtype=float)
-    k_f, k_b = moe_bytes.expert_bias_kernels(m, ep)
+    k_f, k_b = (x * bias_loop(fw) for x in moe_bytes.expert_bias_kernels(m, ep))
     h_f = local * EXPERT_HOST_S[0] + k_f / share * HOST_PATH_S
     h_b = local * EXPERT_HOST_S[1] + k_b / share * HOST_PATH_S
 

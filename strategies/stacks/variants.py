@@ -14,6 +14,7 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.pytorch import TORCHTITAN
 
 if TYPE_CHECKING:
+    from strategies.model import ModelSpec
     from topologies.gpus import GPU
 
 #: the suffix of a stack's torch.compile variant (``compiled``): ``torchtitan-compile``, which
@@ -136,6 +137,20 @@ def runs_eager_clamp(fw: FrameworkProfile) -> bool:
     (``eager_variants``, ``compute.eager_variant_time``, its stash in the memory model):
     not inside Transformer Engine's fused grouped MLP (``fused_grouped_mlp``)."""
     return bool(fw.eager_variants and not fw.fused_grouped_mlp)
+
+
+def runs_gpt_oss_bridge(m: "ModelSpec", fw: FrameworkProfile) -> bool:
+    """Whether stack ``fw`` runs ``m`` with the settings Megatron-Bridge's gpt-oss bridge
+    gives Megatron-Core (v0.4.2 ``src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py``
+    L63-88: ``add_bias_linear = True``, ``bias_dropout_fusion = False``, ``activation_func =
+    quick_gelu`` with ``activation_func_clamp_value`` and ``glu_linear_offset = 1.0``,
+    ``softmax_type = "learnable"``): a stack that runs Megatron-Core's model code
+    (``eager_variants``) and a model with gpt-oss's fields, linear biases with the clamped
+    gated activation and attention sinks (``hf_config.gpt_oss``; DeepSeek-V4's clamp and
+    sinks come without linear biases). Read by ``moe_time.geglu_sync_time`` and
+    ``elementwise_time.attn_bias_add_time`` (docs/calibration.md §5.163)."""
+    return bool(fw.eager_variants and m.bias and m.attention_sinks
+                and m.activation_clamp is not None)
 
 
 TORCHTITAN_COMPILE = compiled(TORCHTITAN)
