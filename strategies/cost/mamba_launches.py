@@ -50,7 +50,7 @@ LAYER_FWD = (
     ("dt_bias.float()", "mamba_mixer.py l.325", 1),
     ("causal_conv1d_fwd (channel-last)", "ssd_combined.py l.779", 1),
     ("SSD forward kernels", "ssd_traffic.SSD_FWD_KERNELS", len(SSD_FWD_KERNELS)),
-    ("gated RMSNorm _layer_norm_fwd", "mamba_mixer.py l.340; layernorm_gated.py l.364", 1),
+    ("gated RMSNorm _layer_norm_fwd", "mamba_mixer.py l.340; layernorm_gated.py l.359", 1),
     ("out_proj: GEMM", "mamba_mixer.py l.424", 1),
     ("bias-dropout-add (fused)", "mamba_layer.py l.124", 1),
 )
@@ -59,7 +59,7 @@ LAYER_FWD = (
 #: backward is ``MambaSplitConv1dScanCombinedFn.backward``, ssd_combined.py l.836-908, and
 #: ``_mamba_chunk_scan_combined_bwd``, l.376-444)
 LAYER_BWD = (
-    ("gradient sum at the layer input (residual + in_proj dgrad)", "mamba_layer.py l.112", 1),
+    ("gradient sum at the layer input (residual + in_proj dgrad)", "mamba_layer.py l.114", 1),
     ("out_proj: dgrad and wgrad GEMMs", "TERowParallelLinear", 2),
     ("gated RMSNorm: _layer_norm_bwd, _dw.sum(0), .to(bf16)", "layernorm_gated.py l.333", 3),
     ("causal_conv1d_fwd again (x, B, C recomputed)", "ssd_combined.py l.853", 1),
