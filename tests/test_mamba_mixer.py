@@ -139,12 +139,22 @@ def test_context_parallelism_refused_with_mamba_layers():
 
 def test_saved_terms_closed_form():
     """One mixer layer, one sequence of 8192: the pre-norm's and in_proj's inputs (2·s·h
-    16-bit each, ``mamba_seq``) and zxBCdt, the scan's output and the norm's output
-    (``mamba_tp``); memory.layer_terms splits them (``mamba_seq`` by t only with SP)."""
+    16-bit each, ``mamba_seq``) and zxBCdt, the combined function's pre-gate ``out_x``, the
+    norm's input and the norm's output (``mamba_tp``, §5.165: three ``d_inner`` tensors);
+    memory.layer_terms splits them (``mamba_seq`` by t only with SP)."""
     m = model_preset("nemotron-h-8b")
     t = mx.saved_terms(m, 8192, 1)
     assert t == {"mamba_seq": 8192 * 2 * 2 * 4096,
-                 "mamba_tp": 8192 * 2 * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
+                 "mamba_tp": 8192 * 2 * (m.mamba_in_proj_width + 3 * m.mamba_d_inner)}
+
+
+def test_saved_terms_56b_rank_grow_by_one_d_inner():
+    """At the Nemotron-H 56B's rank (tp 8, one sequence of 8192) the third ``d_inner`` tensor
+    is 8192 · 2 · 16384 / 8 bytes (33.5 MB) a Mamba layer and micro-batch."""
+    m = model_preset("nemotron-h-56b")
+    t = mx.saved_terms(m, 8192, 1)["mamba_tp"] / 8
+    assert t == 8192 * 2 * (37120 + 3 * 16384) / 8
+    assert t - 8192 * 2 * (37120 + 2 * 16384) / 8 == 33554432
 
 
 def test_elementwise_bytes_copy_the_mixer_layout_only_with_several_sequences():

@@ -23,6 +23,7 @@ from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd,
 from strategies.cost.grad_time import (bf16_optimizer_launch_time, gather_copy_out_time,
                                        grad_accum_time, sharded_grad_pass_time)
 from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.mamba_launches import mamba_launch_time
 from strategies.cost.mamba_mixer import mamba_scan_time
 from strategies.cost.split_projections import split_projection_time
 from strategies.cost.moe_time import (expert_bias_time, expert_pad_time, expert_quantise_time,
@@ -259,6 +260,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
         + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
         + sharded_grad_pass_time(layer_w, shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
+    # a Mamba layer's own launches beyond the profile's count (``mamba_launches``)
+    l_f, l_b = mamba_launch_time(m, b, tp, sp, dtype, fw, gpu, system.quant_scope)
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
     # the sequence-dim collectives' layout copies (torchtitan's Shard(1) plan)
@@ -284,12 +287,12 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # the dispatcher's synchronisation and gpt-oss's activation's, each a queue drain
     sync = (moe_sync_time(m, fw, gpu, dispatcher, pad) + geglu_sync_time(m, fw, gpu)) \
         * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + l_b + p_b + x_b + v_b + gco + y_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,
                              priced=(parts, units))
-    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco + y_f
+    fwd = g_f + a_f + e + launch + l_f + p_f + x_f + v_f + sync + h_f + gco + y_f
     bwd = bwd0 + h_b
     # the last GEMM an early-stopping checkpoint does not rerun: priced once, read by the
     # selective and the full recomputation below

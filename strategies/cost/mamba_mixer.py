@@ -260,14 +260,23 @@ def mamba_scan_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, hbm: float
             w * scan_time(m, b, tp, cp, gpu, hbm, backward=True))
 
 
+#: ``d_inner``-wide 16-bit tensors Megatron-Core's mixer keeps for its backward
+#: (``saved_terms``): the function's ``out_x``, the norm's input, ``out_proj``'s input
+SAVED_D_INNER = 3
+
+
 def saved_terms(m: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
     """Bytes one mixer layer keeps for its backward, one micro-batch, before any parallel split,
     as ``memory.layer_terms`` names its tensors: ``mamba_seq`` (split by ``t`` only with SP)
     the pre-norm's input and ``in_proj``'s input (the normed hidden state), ``2sbh`` each;
-    ``mamba_tp`` (split by ``t``) ``zxBCdt``, what ``mamba_split_conv1d_scan_combined``
-    saves (``in_proj_width``; it recomputes the conv and the chunk states), the scan's output
-    before the gated norm and the norm's output (``out_proj``'s input), ``d_inner`` each."""
+    ``mamba_tp`` (split by ``t``) what ``MambaSplitConv1dScanCombinedFn.forward`` saves
+    (mamba_ssm v2.2.0 ``ssd_combined.py`` l.822: ``zxbcdt``, ``in_proj_width`` wide, and
+    ``out_x``, the scan's output before the ``silu(z)`` gate, ``d_inner``; it recomputes the
+    conv and the chunk states), the gated output the function returns, which Megatron's
+    ``self.norm(y)`` saves as its input (``layernorm_gated.py`` l.360, Megatron-LM 3cdfd613
+    ``mamba_mixer.py`` l.340), and the norm's output, ``out_proj``'s input (l.424): three
+    ``d_inner`` tensors (§5.165; the norm's fp32 ``rstd``, 4 bytes a token and group, left
+    out as every norm's is)."""
     sb = seq_len * micro_batch_size
     return {"mamba_seq": 2 * _B16 * sb * m.hidden_size,
-            "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + 2 * m.mamba_d_inner)}
-
+            "mamba_tp": _B16 * sb * (m.mamba_in_proj_width + SAVED_D_INNER * m.mamba_d_inner)}
