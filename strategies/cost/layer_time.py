@@ -287,7 +287,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # the dispatcher's synchronisation and gpt-oss's activation's, each a queue drain
     sync = (moe_sync_time(m, fw, gpu, dispatcher, pad) + geglu_sync_time(m, fw, gpu)) \
         * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + l_b + p_b + x_b + v_b + gco + y_b
+    bwd0 = (g_b + a_b + 2 * e_plain + c_b + sk_b + acc + 2 * launch + l_b + p_b + x_b + v_b
+            + gco + y_b)
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,
