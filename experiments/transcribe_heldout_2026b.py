@@ -11,7 +11,16 @@ file holds, read from the sources' own files:
   Container" pre-training tables (the release after the 26.04.01 rows of
   megatron_bridge_2604.json), rows of the models paraplan expresses.
 
-    python experiments/transcribe_heldout_2026b.py /path/to/torchtitan /path/to/Megatron-Bridge
+    python experiments/transcribe_heldout_2026b.py [--out FILE]
+    python experiments/transcribe_heldout_2026b.py --sources /path/to/torchtitan \
+        /path/to/Megatron-Bridge [--save-inputs FILE] [--out FILE]
+
+Two steps. ``read_sources`` reads the sources' files from clones of the two repositories
+(tables' cells, the commits, the fitting Megatron-Bridge configs' fields) into one JSON
+object, kept in the repository as ``INPUTS``; ``transcribe`` turns that object into the rows.
+Without ``--sources`` the script reads ``INPUTS``, so it needs no network or clone
+(``tests/test_transcribe_heldout_2026b.py``: its output is the data file, byte for byte;
+with the clones, ``read_sources`` gives ``INPUTS``).
 
 Every row's step time is derived by the stated formula gbs x seq / (tokens/s/GPU x GPUs);
 unstated flags are the configs of the commit the source names (read below, cited in each
@@ -19,31 +28,19 @@ row's notes). The float8 rowwise rows read as ``fp8-rowwise`` (docs/calibration.
 until then they carried a ``skip_reason``)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
-import subprocess
 import sys
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 OUT = "strategies/reference/data/heldout_2026b.json"
-
-
-def _git(repo: str, *args: str) -> str:
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def _last_change(repo: str, path: str) -> str:
-    """The commit that last changed ``path`` (its content as read here)."""
-    return _git(repo, "log", "-1", "--format=%H", "HEAD", "--", path).strip()[:12]
-
-
-def _rows(md: str) -> list[list[str]]:
-    """The cells of every markdown table row of ``md`` (header and rule rows included)."""
-    return [[c.strip() for c in ln.strip().strip("|").split("|")]
-            for ln in md.splitlines() if ln.strip().startswith("|")]
+#: what ``read_sources`` read from the two repositories (``transcribe``'s input)
+INPUTS = "strategies/reference/sources/heldout_2026b_inputs.json"
 
 
 def _hf(layers, hidden, heads, kv, ffn, vocab=128256) -> dict:
@@ -77,21 +74,18 @@ ASYNC_NOTE = ("plan.tp_comm_overlap=true is async TP: the torchtitan profile run
               "tp_overlap_bwd_exposed; docs/calibration.md §5.50). ")
 
 
-def torchtitan_async_tp(repo: str) -> list[dict]:
-    path = "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md"
-    md = _git(repo, "show", f"HEAD:{path}")
-    commit = _last_change(repo, path)
+def torchtitan_async_tp(src: dict[str, Any]) -> list[dict]:
+    path, commit = src["path"], src["commit"]
     out = []
-    # the two '####' tables, each with the plan in its title
-    for block in md.split("#### ")[1:]:
-        title = block.split("\n")[0]
+    for table in src["tables"]:
+        title = table["title"]
         m = re.search(r"Llama3 (\d+)b on (\d+) H100s with FSDP=(\d+), TP=(\d+), (.*?),"
                       r"\s*local batch size (\d+)", title)
         size, n, fsdp, tp, extra, local = m.group(1), *map(int, m.group(2, 3, 4)), \
             m.group(5), int(m.group(6))
         assert fsdp * tp == n, title
         rec = "full" if "full AC" in extra else "selective (per-op SAC)"
-        for cells in _rows(block.split("###")[0])[2:]:
+        for cells in table["rows"]:
             quant, vanilla, asyn = cells[0], float(cells[1]), float(cells[2])
             for tag, tps in (("tp", vanilla), ("asynctp", asyn)):
                 q = {"None (bfloat16)": "bf16", "float8 tensorwise": "fp8tw",
@@ -148,14 +142,10 @@ def torchtitan_async_tp(repo: str) -> list[dict]:
     return out
 
 
-def torchtitan_h200(repo: str) -> list[dict]:
-    path = "benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"
-    md = _git(repo, "show", f"HEAD:{path}")
-    commit = _last_change(repo, path)
-    assert "--training.local_batch_size=2" in md and "--training.compile" in md
-    assert 'quantize.linear.float8' in md
+def torchtitan_h200(src: dict[str, Any]) -> list[dict]:
+    path, commit = src["path"], src["commit"]
     out = []
-    for cells in _rows(md.split("### Results")[1].split("###")[0])[2:]:
+    for cells in src["rows"]:
         nodes, tps, mem = int(cells[0]), float(cells[1]), float(cells[2])
         n, local, seq = nodes * 8, 2, 8192
         gbs = local * n
@@ -210,10 +200,6 @@ BRIDGE_PREC = {"BF16": "bf16", "FP8": "fp8", "MXFP8": "mxfp8", "NVFP4": "nvfp4"}
 
 #: NeMo Framework 26.06's Megatron-Bridge (docs/releases/software-versions.md)
 BRIDGE_TAG = "v0.5.0"
-BRIDGE_FILES = {"deepseek-v3": "deepseek/deepseek_workload_base_configs.py",
-                "gpt-oss-120b": "gpt_oss/gpt_oss_workload_base_configs.py",
-                "qwen3-30b-a3b": "qwen/qwen3_workload_base_configs.py",
-                "qwen3-235b-a22b": "qwen/qwen3_workload_base_configs.py"}
 BRIDGE_NAMES = {"deepseek-v3": "DEEPSEEK_V3", "gpt-oss-120b": "GPT_OSS_120B",
                 "qwen3-30b-a3b": "QWEN3_30B_A3B", "qwen3-235b-a22b": "QWEN3_235B_A22B"}
 #: the table's precision -> the config name's; "FP8" fits only a current-scaling (FP8_CS)
@@ -229,34 +215,51 @@ BRIDGE_DTYPE = {"MXFP8": "FP8_MX", "BF16": "BF16", "NVFP4": "NVFP4", "FP8": "FP8
 DSV3_LAYOUT_MAP = {(8, 1): ("Et*8|(t*8|)*6t*5mL", "L71"), (4, 4): ("Et*4|(t*4|)*14tmL", "L75")}
 
 
-def bridge_configs(repo: str) -> dict[str, dict[str, object]]:
-    """Every ``WorkloadBaseConfig`` of the MoE models' performance configs at ``BRIDGE_TAG``
-    (``scripts/performance/configs/<family>/*_workload_base_configs.py``), by name: the files
-    are taken from the tag with ``git archive`` and imported as they are (their only import is
-    ``scripts/performance/utils/utils.py``, standard library only;
-    ``bridge_recipe_trace.workload_configs``)."""
-    from experiments.bridge_recipe_trace import workload_configs
-    return workload_configs(repo, BRIDGE_TAG, tuple(sorted(set(BRIDGE_FILES.values()))))
+#: the fields of a config that ``fitting_config`` and ``bridge_switches`` read
+CONFIG_FIELDS = ("file", "num_gpus", "tensor_model_parallel_size",
+                 "pipeline_model_parallel_size", "context_parallel_size",
+                 "virtual_pipeline_model_parallel_size", "expert_model_parallel_size",
+                 "micro_batch_size", "global_batch_size", "moe_flex_dispatcher_backend",
+                 "moe_a2a_overlap", "cuda_graph_impl", "cuda_graph_scope",
+                 "cutedsl_fused_grouped_mlp", "fp8_dot_product_attention", "recompute_modules",
+                 "pp_layout")
 
 
-def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple) -> dict:
-    """The MoE switches of the ``BRIDGE_TAG`` config that fits a 26.06 row (model, system,
-    precision, GPUs, tp, pp, cp, vpp, ep, mbs, gbs all the config's; V2 before V1 before any
-    other variant), as plan fields with the config's name, or {} where none fits. Every MoE
-    row here has tp = 1, so the configs' expert_tensor_parallel_size 1 is the default."""
+def _bridge_row(name: str, cells: list[str]) -> dict[str, Any]:
+    """One 13-cell row of a 26.06 table, parsed (``layout``: what a config must match)."""
+    sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = cells
+    n, gbs, mbs, seq, tp, pp, cp = map(int, (n, gbs, mbs, seq, tp, pp, cp))
+    ep = 1 if ep == "n/a" else int(ep)
+    vp = None if vp == "n/a" else int(vp)
+    return dict(name=name, key=BRIDGE_MODELS[name], sysn=sysn, n=n, prec=prec, gbs=gbs,
+                mbs=mbs, seq=seq, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, tok=tok, tfl=tfl,
+                layout=(n, tp, pp, cp, vp or 1, ep, mbs, gbs))
+
+
+def fitting_config(configs: dict, key: str, gpu: str, prec: str, layout: tuple) -> str | None:
+    """The name of the ``BRIDGE_TAG`` config that fits a 26.06 row (model, system, precision,
+    GPUs, tp, pp, cp, vpp, ep, mbs, gbs all the config's; V2 before V1 before any other
+    variant), or None where none fits."""
     if key not in BRIDGE_NAMES or prec not in BRIDGE_DTYPE:
-        return {}
+        return None
     head = f"{BRIDGE_NAMES[key]}_PRETRAIN_CONFIG_{gpu}_{BRIDGE_DTYPE[prec]}_"
     fit = []
     for name, c in configs.items():
         mine = (c["num_gpus"], c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"],
                 c["context_parallel_size"], c["virtual_pipeline_model_parallel_size"] or 1,
                 c["expert_model_parallel_size"], c["micro_batch_size"], c["global_batch_size"])
-        if name.startswith(head) and mine == layout:
+        if name.startswith(head) and mine == tuple(layout):
             fit.append((0 if name.endswith("_V2") else 1 if name.endswith("_V1") else 2, name))
-    if not fit:
+    return min(fit)[1] if fit else None
+
+
+def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple) -> dict:
+    """The MoE switches of the config that fits a 26.06 row (``fitting_config``), as plan
+    fields with the config's name, or {} where none fits. Every MoE row here has tp = 1, so
+    the configs' expert_tensor_parallel_size 1 is the default."""
+    name = fitting_config(configs, key, gpu, prec, layout)
+    if name is None:
         return {}
-    name = min(fit)[1]
     c = configs[name]
     out = {"moe_dispatcher": c["moe_flex_dispatcher_backend"] or "alltoall",
            "ep_overlap": bool(c["moe_a2a_overlap"]),
@@ -264,8 +267,6 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
            "cuda_graph": c["cuda_graph_impl"] == "full_iteration",
            # TE's fused grouped MLP (docs/calibration.md §5.90)
            "fused_grouped_mlp": bool(c["cutedsl_fused_grouped_mlp"]),
-           # TE's FP8 (under MXFP8: MXFP8) fused attention (docs/calibration.md §5.98)
-           "fp8_attention": bool(c["fp8_dot_product_attention"]),
            "recipe": f"NVIDIA-NeMo/Megatron-Bridge@{BRIDGE_TAG} scripts/performance/configs/"
                      f"{c['file']} {name}"}
     if c["recompute_modules"] == []:
@@ -279,6 +280,8 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
         out["pp_layout"], line = DSV3_LAYOUT_MAP[(layout[2], layout[4])]
         out["recipe"] += (f" (no pp_layout: set_deepseek_v3_pipeline_model_parallel_layout's "
                           f"map, src/megatron/bridge/recipes/deepseek/deepseek_v3.py {line})")
+    # TE's FP8 (under MXFP8: MXFP8) fused attention (docs/calibration.md §5.98)
+    out["fp8_attention"] = bool(c["fp8_dot_product_attention"])
     out["recipe_other"] = (
         f"the config's cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope="
         f"{c['cuda_graph_scope']} (only 'full_iteration' is the plan's cuda_graph; Transformer "
@@ -289,33 +292,22 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
     return out
 
 
-def bridge_2606(repo: str) -> list[dict]:
-    """The '26.06 NeMo Container' pre-training tables (13 columns, no FSDP column)."""
-    path = "docs/performance-summary-archive.md"
-    txt = _git(repo, "show", f"HEAD:{path}")
-    commit = _git(repo, "rev-parse", "HEAD").strip()[:12]
-    sec = txt.split("## 26.06 NeMo Container")[1].split("\n## ")[0]
-    sec = sec.split("### SFT Performance")[0]
+def bridge_2606(src: dict[str, Any]) -> list[dict]:
+    """The rows of the '26.06 NeMo Container' pre-training tables (``read_bridge``)."""
+    path, commit, configs = src["path"], src["commit"], src["configs"]
     models = {r["model"]["name"]: r["model"]
-              for r in json.load(open("strategies/reference/data/published_2026.json"))}
-    configs = bridge_configs(repo)
+              for r in json.load(open(os.path.join(ROOT, "strategies/reference/data/"
+                                                   "published_2026.json")))}
     out = []
-    for block in sec.split("#### Model: ")[1:]:
-        name = block.split("\n")[0].strip()
-        if name not in BRIDGE_MODELS:
-            continue
-        key = BRIDGE_MODELS[name]
-        for cells in _rows(block):
-            if len(cells) != 13 or not cells[0].startswith("DGX"):
-                continue
-            sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = cells
-            n, gbs, mbs, seq, tp, pp, cp = map(int, (n, gbs, mbs, seq, tp, pp, cp))
-            ep = 1 if ep == "n/a" else int(ep)
-            vp = None if vp == "n/a" else int(vp)
+    for name, rows in src["tables"].items():
+        for cells in rows:
+            b = _bridge_row(name, cells)
+            key, sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = (
+                b[k] for k in ("key", "sysn", "n", "prec", "gbs", "mbs", "seq", "tp", "pp",
+                               "cp", "vp", "ep", "tok", "tfl"))
             gpu, inter = BRIDGE_SYS[sysn]
             dp = n // (tp * pp * cp)
-            sw = bridge_switches(configs, key, sysn.split("-")[1], prec,
-                                 (n, tp, pp, cp, vp or 1, ep, mbs, gbs))
+            sw = bridge_switches(configs, key, sysn.split("-")[1], prec, b["layout"])
             recipe, other = sw.pop("recipe", None), sw.pop("recipe_other", None)
             rid = (f"mbridge2606_{key.replace('.', '').replace('-', '')}_"
                    f"{gpu.split()[0].lower()}_{n}_{prec.lower()}")
@@ -329,7 +321,9 @@ def bridge_2606(repo: str) -> list[dict]:
                 "model": {**models[key], "seq_len": seq},
                 "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
                              "interconnect": inter},
-                "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
+                "plan": {**({"moe_balance": "forced"} if ep > 1 and src["force_balanced"]
+                            else {}),
+                         "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
                          "global_batch": gbs,
                          "schedule": "interleaved 1F1B" if vp else "1F1B",
                          "virtual_stages": vp or 1, "recompute": None,
@@ -364,18 +358,49 @@ def bridge_2606(repo: str) -> list[dict]:
     return out
 
 
-def main() -> None:
-    titan = sys.argv[1] if len(sys.argv) > 1 else "/work/.mirror/pytorch+torchtitan/repo"
-    bridge = sys.argv[2] if len(sys.argv) > 2 else \
-        "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
-    rows = torchtitan_async_tp(titan) + torchtitan_h200(titan) + bridge_2606(bridge)
+def transcribe(inputs: dict[str, Any]) -> list[dict]:
+    """The rows of ``OUT`` from ``read_sources``' object."""
+    rows = (torchtitan_async_tp(inputs["torchtitan_async_tp"])
+            + torchtitan_h200(inputs["torchtitan_h200"]) + bridge_2606(inputs["bridge_2606"]))
     assert len({r["id"] for r in rows}) == len(rows)
-    with open(OUT, "w") as f:
-        json.dump(rows, f, indent=1)
-        f.write("\n")
+    return rows
+
+
+def dump(obj: Any) -> str:
+    """The files' JSON text (one-space indent, a final newline)."""
+    return json.dumps(obj, indent=1) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sources", nargs=2, metavar=("TORCHTITAN", "MEGATRON_BRIDGE"),
+                    help="read the sources from these clones (e.g. /work/.mirror/"
+                         "pytorch+torchtitan/repo /work/.mirror/NVIDIA-NeMo+Megatron-Bridge/"
+                         f"repo) instead of {INPUTS}")
+    ap.add_argument("--save-inputs", metavar="FILE",
+                    help=f"with --sources: write what was read to FILE (the repository's: "
+                         f"{INPUTS})")
+    ap.add_argument("--out", default=os.path.join(ROOT, OUT), metavar="FILE",
+                    help=f"where the rows go (default {OUT})")
+    args = ap.parse_args()
+    if args.save_inputs and not args.sources:
+        ap.error("--save-inputs needs --sources")
+    if args.sources:
+        from experiments.heldout_2026b_sources import read_sources
+        inputs = read_sources(*args.sources)
+        if args.save_inputs:
+            with open(args.save_inputs, "w") as f:
+                f.write(dump(inputs))
+    else:
+        with open(os.path.join(ROOT, INPUTS)) as f:
+            inputs = json.load(f)
+    rows = transcribe(inputs)
+    with open(args.out, "w") as f:
+        f.write(dump(rows))
     for r in rows:
         print(r["id"], r["derived"]["step_time_s"], r.get("skip_reason", "")[:30])
-    print(len(rows), "rows ->", OUT)
+    print(len(rows), "rows ->", args.out)
 
 
 if __name__ == "__main__":

@@ -99,36 +99,58 @@ class ResultsLog:
 
 
 class Cached:
-    """Serves plans already in ``log`` at once and records the others as they finish."""
+    """Runs each distinct plan key once in a search: a plan whose key is in ``log`` (a results
+    file) or already simulated in this run is served at once, one whose key is being simulated
+    waits for that simulation (a reference plan the search also needs, started early or
+    backfilled, runs once), and the others run on ``inner`` and are recorded in ``log`` as they
+    finish. Every index of one key gets the same result (the key is a resolved plan's
+    identity, ``plan_key``, as ``--resume`` already takes it), so the report is the same as
+    simulating each index; ``simulated`` counts simulations run, ``reused`` plans served from
+    ``log``, ``shared`` indices served by another index's simulation in this run."""
 
     def __init__(self, inner, keys: Callable[[int], str], log: ResultsLog | None) -> None:
         self.inner, self.keys, self.log = inner, keys, log
         self.capacity = inner.capacity
-        self.ready: list[int] = []
+        self.ready: list[tuple[int, dict]] = []     # served, handed back by the next wait
         self.results: dict[int, dict] = {}
-        self.reused = self.simulated = 0
+        self.done: dict[str, dict] = {}             # key -> result simulated in this run
+        self.running: dict[str, list[int]] = {}     # key in flight -> indices waiting on it
+        self.reused = self.simulated = self.shared = 0
 
     def submit(self, index: int) -> None:
-        if self.log is not None and self.keys(index) in self.log.done:
-            self.ready.append(index)
+        key = self.keys(index)
+        if self.log is not None and key in self.log.done:
+            self.ready.append((index, self.log.done[key]))
+            self.reused += 1
+        elif key in self.done:
+            self.ready.append((index, self.done[key]))
+            self.shared += 1
+        elif key in self.running:
+            self.running[key].append(index)
+            self.shared += 1
         else:
+            self.running[key] = []
             self.inner.submit(index)
 
     def wait(self) -> list[tuple[int, float]]:
         if self.ready:
             out = []
-            for i in self.ready:
-                self.results[i] = self.log.done[self.keys(i)]
-                out.append((i, float(self.results[i]["step_time_s"])))
-            self.reused += len(self.ready)
+            for i, r in self.ready:
+                self.results[i] = r
+                out.append((i, float(r["step_time_s"])))
             self.ready = []
             return out
-        out = self.inner.wait()
-        self.simulated += len(out)
-        for i, _ in out:
-            self.results[i] = self.inner.results[i]
+        out = []
+        for i, t in self.inner.wait():
+            self.simulated += 1
+            key, r = self.keys(i), self.inner.results[i]
+            self.done[key] = self.results[i] = r
             if self.log is not None:
-                self.log.write(self.keys(i), self.results[i])
+                self.log.write(key, r)
+            out.append((i, t))
+            for j in self.running.pop(key):
+                self.results[j] = r
+                out.append((j, t))
         return out
 
     def close(self, abort: bool = False) -> None:
