@@ -20,12 +20,15 @@ The charge is per overlap window (``overlap_extra``): a window's compute runs at
 so it takes ``min(C·k/sm, W·k/(sm − k))`` longer for a collective of ``C`` seconds beside
 ``W`` seconds of compute. The estimate adds that, beyond what the window already exposes, in
 the one place each window's exposure is formed (the data-parallel stream's
-``terms.dp_exposure.lanes_exposed``: ZeRO-0/1/2's reductions, ZeRO-3's gathers; the
+``terms.dp_exposure.lanes_exposed``: ZeRO-0/1/2's reductions; the interleaved schedule's
+per-chunk reductions beside the cool-down, ``grad_window_exposed``; the distributed
+optimizer's overlapped parameter gathers beside the next forward, ``terms.grad_reduce``;
+ZeRO-3's gathers and reduce-scatters a window per pass, ``terms.zero3.pass_sm_extra``; the
 userbuffers' reduce-scatters beside the row-parallel forward GEMMs and the expert
 all-to-all of an overlapped pair, ``terms.layer_comm``; the context-parallel ring beside the
 attention core, ``cp_ring.layer_sm_extra``), at the SMs ``window_sms`` gives each window.
 ``SystemConfig.comm_sm_share`` switches the charge: 0 by default (off: docs/calibration.md
-§5.156 and §5.159 give the figures); the lower bound does not charge it; the simulator
+§5.156, §5.159 and §5.161 give the figures); the lower bound does not charge it; the simulator
 charges the same SMs (``window_sms``) to the compute beside each collective in flight
 (``simulator.engine.sm_hold``)"""
 from __future__ import annotations
