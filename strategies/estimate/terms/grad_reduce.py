@@ -103,7 +103,8 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                                  t_grad / 2 - n_k[k] * sc.layer_wgrad)
         t_bc = window_k[k] / v
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, t_bc + t_p2p, steps,
-                                                     calls.sms, t_bc / (t_bc + t_p2p)),
+                                                     calls.sms,
+                                                     t_bc / np.maximum(t_bc + t_p2p, 1e-300)),
                         np.where(ends_k, mirror_over,
                                  lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
                                                                  lead_k[k], 0.0),
