@@ -15,6 +15,7 @@ from itertools import accumulate
 from typing import Iterable, Mapping, Sequence
 
 from simulator.result import Record
+from strategies.cost.sm_share import overlap_extra
 from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one definition)
 
 Interval = tuple[float, float]
@@ -103,7 +104,10 @@ def measure(x: list[Interval]) -> float:
 def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]:
     """When each rank's step ends (seconds). With ``overlap_param_gather`` the parameter
     all-gathers after the optimizer count only for the part that exceeds the next step's first
-    forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does."""
+    forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does;
+    where the gathers hold SMs (``gather_sms``: the chip's SM count and the SMs held), plus
+    what they add to that forward (``sm_share.overlap_extra`` of the buckets after the
+    first, which the forward waits for, beside it; as the estimate's ``grad_reduce``)."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
     gathers = PARAM_GATHER_PREFIX
@@ -119,7 +123,12 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
         t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
         if meta.get("overlap_param_gather", False):
             dur = t1 - t0
-            t1 = t0 + max(dur - meta.get("fwd_window_s", 0.0), dur / len(recs))
+            fwd, edge = meta.get("fwd_window_s", 0.0), dur / len(recs)
+            t1 = t0 + max(dur - fwd, edge)
+            if meta.get("gather_sms"):
+                first = min(recs, key=lambda r: r.start)
+                t1 += float(overlap_extra(dur - (first.end - first.start), fwd,
+                                          *meta["gather_sms"]))
         end[rank] = max(end[rank], t1)
     return dict(end)
 

@@ -320,6 +320,10 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                 "param_gathers": self.n_param_gathers,
                 "overlap_param_gather": self.p.overlap_param_gather,
                 "paired_forwards": dict(self.paired)}
+        if self.held["dp"]:
+            # the SMs the overlapped gathers hold beside the next forward (``rank_ends``)
+            meta["gather_sms"] = (self.cluster.gpu_of_rank(self.rank).sm_count,
+                                  self.held["dp"])
         return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},
                        meta)
 

@@ -20,12 +20,15 @@ The charge is per overlap window (``overlap_extra``): a window's compute runs at
 so it takes ``min(C·k/sm, W·k/(sm − k))`` longer for a collective of ``C`` seconds beside
 ``W`` seconds of compute. The estimate adds that, beyond what the window already exposes, in
 the one place each window's exposure is formed (the data-parallel stream's
-``terms.dp_exposure.lanes_exposed``: ZeRO-0/1/2's reductions, ZeRO-3's gathers; the
+``terms.dp_exposure.lanes_exposed``: ZeRO-0/1/2's reductions; the interleaved schedule's
+per-chunk reductions beside the cool-down, ``grad_window_exposed``; the distributed
+optimizer's overlapped parameter gathers beside the next forward, ``terms.grad_reduce``;
+ZeRO-3's gathers and reduce-scatters a window per pass, ``terms.zero3.pass_sm_extra``; the
 userbuffers' reduce-scatters beside the row-parallel forward GEMMs and the expert
 all-to-all of an overlapped pair, ``terms.layer_comm``; the context-parallel ring beside the
 attention core, ``cp_ring.layer_sm_extra``), at the SMs ``window_sms`` gives each window.
 ``SystemConfig.comm_sm_share`` switches the charge: 0 by default (off: docs/calibration.md
-§5.156 and §5.159 give the figures); the lower bound does not charge it; the simulator
+§5.156, §5.159 and §5.161 give the figures); the lower bound does not charge it; the simulator
 charges the same SMs (``window_sms``) to the compute beside each collective in flight
 (``simulator.engine.sm_hold``)"""
 from __future__ import annotations
@@ -130,7 +133,8 @@ def ub_share(gemms: list[tuple]) -> float:
     return row / total if total > 0 else 0.0
 
 
-def overlap_extra(t_comm: Num, t_compute: Num, sm_count: int, k: Num) -> Num:
+def overlap_extra(t_comm: Num, t_compute: Num, sm_count: int, k: Num, busy: Num = 1.0,
+                  waited: Num | None = None) -> Num:
     """Seconds a window's compute (``t_compute`` seconds on every SM) takes beyond its
     exposed communication while a collective of ``t_comm`` seconds holding ``k`` of the
     chip's ``sm_count`` SMs runs beside it. The compute proceeds at ``(sm − k)/sm`` of its
@@ -139,11 +143,21 @@ def overlap_extra(t_comm: Num, t_compute: Num, sm_count: int, k: Num) -> Num:
     window ends at the later of that and the collective, ``W + max(C − W, e)`` with ``e``
     the compute's extra seconds. Returned: what that adds to the contention-free exposure
     ``max(C − W, 0)``, ``max(e − max(C − W, 0), 0)``; ``e`` is the GEMM work done during the
-    collective times ``k/(sm − k)``. 0 where ``k`` or either time is 0. Vectorised."""
+    collective times ``k/(sm − k)``. ``busy``: the share of the window's ``t_compute``
+    seconds that is compute, spread evenly (the rest blocking transfers, which hold no SM
+    of the compute's: the interleaved cool-down's pipeline exchanges), so ``e`` is ``busy``
+    times the above. ``waited``: the seconds of ``t_comm`` the window's end waits for
+    (default all; less where the rest prefetches for a later window, ZeRO-3's backward
+    gathers run under the forward), which take the place of ``C`` in ``max(C − W, 0)``.
+    0 where ``k`` or either time is 0. Vectorised."""
     k = held_sms(sm_count, k)
     c = np.maximum(np.asarray(t_comm, dtype=float), 0.0)
     w = np.maximum(np.asarray(t_compute, dtype=float), 0.0)
     e = np.minimum(c * k / sm_count, w * k / (sm_count - k))
+    if not np.all(np.asarray(busy) == 1.0):
+        e = e * np.asarray(busy, dtype=float)
+    if waited is not None:
+        c = np.maximum(np.asarray(waited, dtype=float), 0.0)
     return np.maximum(e - np.maximum(c - w, 0.0), 0.0)
 
 
@@ -163,11 +177,12 @@ class WindowSMs:
     ub: float
     ep: Any
 
-    def extra(self, t_comm: Num, t_compute: Num, k: Num) -> Num:
+    def extra(self, t_comm: Num, t_compute: Num, k: Num, busy: Num = 1.0,
+              waited: Num | None = None) -> Num:
         """``overlap_extra`` on this chip (0 where the chip has no SM count)."""
         if not self.sm or not np.any(np.asarray(k) > 0):
             return np.zeros(np.broadcast(np.asarray(t_comm), np.asarray(t_compute)).shape)
-        return overlap_extra(t_comm, t_compute, self.sm, k)
+        return overlap_extra(t_comm, t_compute, self.sm, k, busy, waited)
 
 
 #: no SM held by any window (the rule off)

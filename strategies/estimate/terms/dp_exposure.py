@@ -142,7 +142,8 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
                     busy)
 
 
-def grad_window_exposed(t_grad: Any, t_c0: Any, t_bc: Any, steps: Any) -> Any:
+def grad_window_exposed(t_grad: Any, t_c0: Any, t_bc: Any, steps: Any,
+                        sms: WindowSMs = NO_SMS, busy: Any = 1.0) -> Any:
     """Seconds of an overlapped gradient reduction exposed after an interleaved rank's last
     backward. Megatron-Core's interleaved schedule launches a chunk's whole reduction once the
     backward of its last micro-batch has ended (``grad_sync_func`` per model chunk, the
@@ -155,8 +156,15 @@ def grad_window_exposed(t_grad: Any, t_c0: Any, t_bc: Any, steps: Any) -> Any:
     ``t_c0``: chunk 0's; ``t_bc``: one chunk's backward of one micro-batch; ``steps``:
     ``Schedule.reduce_window_steps``, ``1 + (v − 1)·pp`` chunk backwards from the first
     chunk's last backward to the rank's end (its own backward included, which the reduction
-    does not run under)."""
-    return np.maximum(t_c0, t_grad - (steps - 1) * t_bc)
+    does not run under). Plus what the SMs the reductions hold (``sms.nccl``) add to the
+    window's compute while chunks 1 to ``v − 1``'s ``t_grad − t_c0`` run beside it
+    (``sm_share.overlap_extra``; ``busy`` the compute's share of ``t_bc``, the rest the
+    step's blocking exchange; 0 with ``NO_SMS``): chunk 0's reduction follows the later
+    of the others and the slowed compute."""
+    out = np.maximum(t_c0, t_grad - (steps - 1) * t_bc)
+    if sms.sm and sms.nccl:
+        out = out + sms.extra(np.asarray(t_grad) - t_c0, (steps - 1) * t_bc, sms.nccl, busy)
+    return out
 
 
 def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any, mb: Any,

@@ -78,8 +78,14 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                         np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
                           one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
-        ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
-                                      one_bucket("allgather", gw_k[k], k, last)), t_ag_k[k])
+        # (overlapped: all but the first bucket beside the next forward, which their SMs
+        # slow, ``sm_share.overlap_extra``; the simulator's ``metrics.rank_ends`` alike)
+        ag_edge = one_bucket("allgather", gw_k[k], k, last)
+        ag_fwd = n_k[k] * sc.layer_fwd
+        ag_over = np.maximum(t_ag_k[k] - ag_fwd, ag_edge)
+        if calls.sms.sm and calls.sms.nccl:
+            ag_over = ag_over + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
+        ag = np.where(opg, ag_over, t_ag_k[k])
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
@@ -95,8 +101,10 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         after = pp / 2 * window_k[k]
         mirror_over = np.maximum(np.maximum(t_grad - window_k[k] - after, t_edge),
                                  t_grad / 2 - n_k[k] * sc.layer_wgrad)
-        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
-                                                     steps),
+        t_bc = window_k[k] / v
+        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, t_bc + t_p2p, steps,
+                                                     calls.sms,
+                                                     t_bc / np.maximum(t_bc + t_p2p, 1e-300)),
                         np.where(ends_k, mirror_over,
                                  lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
                                                                  lead_k[k], 0.0),

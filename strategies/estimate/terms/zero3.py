@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from strategies.cost import comm as cm
+from strategies.cost.sm_share import WindowSMs
 from strategies.cost.stage import StageCostArrays
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import lanes_exposed
@@ -47,6 +48,12 @@ def zero3_exposed(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageT
 
     # (a call per layer, FSDP's unit: its share of the bandwidth and the ring's whole latency,
     # as the simulator's gathers and reduce-scatters are; docs/calibration.md §5.26)
+    # each kind's forward beside no layer of its own: the embedding's on the first rank, the
+    # LM head's on the rank that holds it (a V: the first)
+    head_first = st.head_first
+    ends_f = (sc.embedding_fwd + np.where(head_first | (pp == 1), head_f, 0.0), 0.0,
+              np.where(head_first, 0.0, head_f))
+
     def z3_exposed(k: int) -> Any:
         units = np.maximum(n_k[k], 1)
         t_ag_u, t_rs_u = (one_bucket(kind, nb, k, 1.0 / units)
@@ -71,8 +78,32 @@ def zero3_exposed(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageT
         rep_lead = np.where((pp == 1) & (rep_u > 0), units * (sc.layer_fwd + (per_layer - comp_layer
                                                               - sc.layer_recompute) / 2)
                             + sc.embedding_fwd + head_f + head_b + b_u + rs_dp, 0.0)
+        work = mb * units * (2 * t_ag_u + t_rs_u)
+        edge = mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
-            mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
-            mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue,
-            own_lane, rep_lead, calls.sms))
+            work, mb * units * rep_u, pipe - slack[k], edge, own_lane, rep_lead)
+            + pass_sm_extra(calls.sms, mb, units, t_ag_u, rs_dp, sc.layer_fwd, b_u,
+                            ends_f[k]))
     return [z3_exposed(k) for k in range(3)]
+
+
+def pass_sm_extra(sms: WindowSMs, mb: Any, units: Any, t_ag: Any, t_rs: Any, fwd: Any,
+                  bwd: Any, fwd_other: Any = 0.0) -> Any:
+    """What the SMs ZeRO-3's collectives hold (``sms.nccl``) add to the compute beside them,
+    one window per pass (``sm_share.overlap_extra`` each; FSDP's unit a layer, ``units`` of
+    them, ``mb`` micro-batches; ``t_ag``/``t_rs`` one unit's gather and reduce-scatter,
+    ``fwd``/``bwd`` its forward and backward seconds, ``fwd_other`` the forward's seconds
+    beside no layer: the embedding's, the LM head's). The forward: the gathers after each
+    forward's first, its own and the backward's (the stream runs the prefetches ahead: the
+    simulator's program), beside its ``units·fwd + fwd_other``; its end waits for its own
+    only. The
+    backward: each layer's reduce-scatter beside the next layer's backward (the last one's
+    has none), its end the later of the two. Not pooled over the step: a backward whose
+    reduce-scatters outlast its compute hides the compute's slowdown under them. 0 with
+    ``NO_SMS``. Arrays over plans; seconds."""
+    if not (sms.sm and sms.nccl):
+        return 0.0
+    ahead = mb * (units - 1) * t_ag
+    return (sms.extra(ahead + mb * units * t_ag, mb * (units * fwd + fwd_other), sms.nccl,
+                      waited=ahead)
+            + sms.extra(mb * (units - 1) * t_rs, mb * (units - 1) * bwd, sms.nccl))
