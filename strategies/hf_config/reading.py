@@ -118,6 +118,7 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "num_query_groups": ("num_key_value_heads",),
     "num_layers": ("num_hidden_layers",),
     "hybrid_pattern": ("hybrid_override_pattern", "layers_block_type"),
+    "mtp_hybrid_pattern": ("mtp_hybrid_override_pattern", "mtp_layers_block_type"),
     "mamba_num_groups": ("n_groups",),
     "mamba_state_dim": ("ssm_state_size",),
 }

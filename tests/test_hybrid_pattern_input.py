@@ -1,0 +1,38 @@
+"""Bad hybrid patterns in a ``nemotron_h`` config.json, through the CLI: exit 2 and one line
+naming the config key, the offending character and the rule (``hybrid.check_pattern``, the
+one check the main pattern, the MTP block's and the reader share), before the reader's
+``M``/``E`` tests pick which fields to read (a lower-case ``e`` was reported as experts
+without MoE layers)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli.main import main
+
+NANO = json.loads((Path(__file__).resolve().parent / "data" / "hf" /
+                   "nemotron3_nano_30b_a3b.json").read_text(encoding="utf-8"))
+PLAN = ["--cluster", "dgx-h100:1", "--plan", "tp=1,pp=1,ep=8,mbs=1,gbs=32"]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"hybrid_override_pattern": NANO["hybrid_override_pattern"].lower()},
+     ["hybrid_override_pattern='e'", "unknown layer character"]),
+    ({"hybrid_override_pattern": "MEMEX*" + "M" * 46},
+     ["hybrid_override_pattern='X'", "unknown layer character"]),
+    ({"hybrid_override_pattern": 12345},
+     ["hybrid_override_pattern=12345", "non-empty string of M, *, -, E"]),
+    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*e"},
+     ["mtp_hybrid_override_pattern='*e'", "unknown layer character"]),
+])
+def test_bad_pattern_names_the_key_and_character(tmp_path, capsys, change, words):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NANO, **change}), encoding="utf-8")
+    rc = main(["estimate", "--model", str(path), *PLAN])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "", (rc, out)
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    for w in words:
+        assert w in err, (w, err)
