@@ -36,3 +36,16 @@ def test_bad_pattern_names_the_key_and_character(tmp_path, capsys, change, words
     assert "Traceback" not in err and err.count("\n") == 1, err
     for w in words:
         assert w in err, (w, err)
+
+
+@pytest.mark.parametrize("key,field", [("conv_kernel", "mamba_conv_kernel"),
+                                       ("chunk_size", "mamba_chunk_size"),
+                                       ("ssm_state_size", "mamba_state_dim")])
+def test_mixer_limit_names_the_config_key(tmp_path, capsys, key, field):
+    """A ``ModelSpec`` limit broken by a Mamba field is reported on the key the config wrote
+    (``reading.config_key``, the one map the reader's required fields come from too)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NANO, key: 1 << 21}), encoding="utf-8")
+    assert main(["estimate", "--model", str(path), *PLAN]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paraplan: error: {key}=2097152") and f"{field}=2097152" in err, err

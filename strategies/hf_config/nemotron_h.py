@@ -25,15 +25,14 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields
-from strategies.hf_config.reading import get_bool, get_int, refuse_unread
-from strategies.model.hybrid import check_pattern
+from strategies.hf_config.reading import config_key, get_bool, get_int, refuse_unread
+from strategies.model.hybrid import MAMBA_FIELDS, check_pattern
 
 #: ``layers_block_type`` names -> pattern characters (transformers' NemotronHConfig).
 _BLOCK_CHARS = {"mamba": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
-#: Mamba fields whose transformers default is not a fact about the checkpoint: stated or refused.
-_MAMBA_REQUIRED = (("mamba_num_heads", "mamba_num_heads"), ("mamba_head_dim", "mamba_head_dim"),
-                   ("ssm_state_size", "mamba_state_dim"), ("n_groups", "mamba_num_groups"),
-                   ("conv_kernel", "mamba_conv_kernel"), ("chunk_size", "mamba_chunk_size"))
+#: Mamba fields whose transformers default is not a fact about the checkpoint: stated or refused
+#: (``(config.json key, ModelSpec field)``, the keys as ``reading.config_key`` names them).
+_MAMBA_REQUIRED = tuple((config_key(f), f) for f in MAMBA_FIELDS)
 READ = {"hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim",
         "ssm_state_size", "n_groups", "conv_kernel", "chunk_size", "expand", "use_conv_bias",
         "mamba_proj_bias", "use_bias", "mlp_hidden_act", "mamba_hidden_act", "attention_head_dim",
