@@ -123,6 +123,8 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "mamba_state_dim": ("ssm_state_size",),
     "mamba_conv_kernel": ("conv_kernel",),
     "mamba_chunk_size": ("chunk_size",),
+    "kv_channels": ("head_dim", "attention_head_dim"),
+    "hc_streams": ("hc_mult",),
 }
 
 

@@ -1,8 +1,9 @@
-"""Bad hybrid patterns in a ``nemotron_h`` config.json, through the CLI: exit 2 and one line
-naming the config key, the offending character and the rule (``hybrid.check_pattern``, the
-one check the main pattern, the MTP block's and the reader share), before the reader's
-``M``/``E`` tests pick which fields to read (a lower-case ``e`` was reported as experts
-without MoE layers)."""
+"""Bad input in a ``nemotron_h`` or ``deepseek_v4`` config.json, through the CLI: exit 2 and
+one line naming the config key, the value and the rule. A bad hybrid pattern is refused by
+``hybrid.check_pattern`` (the one check the main pattern, the MTP block's and the reader
+share) before the reader's ``M``/``E`` tests pick which fields to read (a lower-case ``e``
+was reported as experts without MoE layers); a ``ModelSpec`` limit is reported on the key
+the config wrote (``reading.config_key``, ``in_config_terms``)"""
 from __future__ import annotations
 
 import json
@@ -46,6 +47,19 @@ def test_mixer_limit_names_the_config_key(tmp_path, capsys, key, field):
     (``reading.config_key``, the one map the reader's required fields come from too)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**NANO, key: 1 << 21}), encoding="utf-8")
+    assert main(["estimate", "--model", str(path), *PLAN]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paraplan: error: {key}=2097152") and f"{field}=2097152" in err, err
+
+
+@pytest.mark.parametrize("key,field", [("hc_mult", "hc_streams"), ("head_dim", "kv_channels")])
+def test_deepseek_v4_limit_names_the_config_key(tmp_path, capsys, key, field):
+    """The same for a ``deepseek_v4`` config: ``hc_mult`` and ``head_dim`` were reported as
+    the ``ModelSpec`` fields they set."""
+    v4 = json.loads((Path(__file__).resolve().parent / "data" / "hf" /
+                     "deepseek_v4_flash.json").read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**v4, key: 1 << 21}), encoding="utf-8")
     assert main(["estimate", "--model", str(path), *PLAN]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"paraplan: error: {key}=2097152") and f"{field}=2097152" in err, err
