@@ -116,7 +116,7 @@ def _layers_bytes(job: Job, content: Mapping[str, int]) -> tuple[float, float]:
     (``strategies.cost.recompute``, with this chunk's layer count), as
     ``chunk_layer_activation_bytes`` and ``wgrad_bytes_per_chunk`` price the mean chunk."""
     p = job.plan
-    lpc = sum(content.values())
+    lpc = stashed_count(job.model, content)      # an MTP module: its block's layers
     views = stash_kinds(job.model, content, lpc)
     act = sum(n * job_layer_activation_bytes(job, model=v) for v, n in views)
     if p.recompute == "full" and lpc:
