@@ -100,9 +100,10 @@ def layer_linears(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     the one input once, Inductor's CSE of identical ops, and their weights and gradients sum
     to the fused widths), at the mean layer's share of them (``ModelSpec.mixer_linears``: a
     hybrid model's attention share, its Mamba-2 mixers' ``in_proj`` and ``out_proj`` at theirs,
-    cast as the attention's projections of the same split); MLPs as ``quantise.layer_cast_elements`` reads them (``up``
-    projections of a gated MLP in one, fc2's input and fc1's gradient cast by the activation
-    unless ``routed_unfused``/``mlp_unfused``; routed experts at ``topk`` tokens with one
+    cast as the attention's projections of the same split); MLPs as
+    ``quantise.layer_cast_elements`` reads them (``up`` projections of a gated MLP in one,
+    fc2's input and fc1's gradient cast by the activation unless
+    ``routed_unfused``/``mlp_unfused``; routed experts at ``topk`` tokens with one
     expert's weight: torchao's ``Float8Linear`` converts ``nn.Linear`` modules, and the
     rows' torchtitan runs its grouped experts outside it, so a rowwise MoE plan is priced
     as if its experts were one linear)."""
