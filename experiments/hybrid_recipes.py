@@ -40,6 +40,11 @@ PRECISION = {"MXFP8": ("mxfp8", "fp8mx", "FP8_MX"), "NVFP4": ("nvfp4", "nvfp4", 
              "FP8": ("fp8", "fp8cs", "FP8_CS"), "BF16": ("bf16", "bf16", "BF16")}
 
 
+def row_dp(r: dict[str, Any]) -> int:
+    """A table row's data-parallel size: its GPUs over ``tp·pp·cp``."""
+    return r["n"] // (r["tp"] * r["pp"] * r["cp"])
+
+
 def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The plan switches of a 26.08 row from its perf recipe (``trace``), with the notes
     citing each; ({}, [why]) where no recipe function of the row's name exists or its
@@ -131,7 +136,7 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
         said.append(f"moe_balance=forced ({cite('model.moe_router_force_load_balancing')})")
     sharding = "ddp.data_parallel_sharding_strategy"
     if val("ddp.use_megatron_fsdp") and val(sharding) == "optim_grads_params":
-        dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
+        dp = row_dp(r)
         domains = max(1, r["n"] // 64)        # common.py _GB300_NVLINK_DOMAIN_GPUS = 64 (L39)
         sw["zero_stage"] = 3
         sw["dp_shard"] = dp // domains

@@ -40,7 +40,7 @@ from experiments.bridge_recipe_trace import git_output, git_show, workload_confi
 from experiments.hybrid_models import check_pattern, model_entry  # noqa: E402
 from experiments.hybrid_recipes import (BRIDGE_2608, BRIDGE_MODELS, BRIDGE_REF,  # noqa: E402
                                         PRECISION, SYSTEMS, base_recipe_facts, recipe_2608,
-                                        recipe_workload)
+                                        recipe_workload, row_dp)
 from experiments.hybrid_sources import automodel_entries, dgxc_entries  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,7 +139,7 @@ def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str
                 sw = {**base_sw, **sw}
                 rnotes.append(base_note)
         path = dict((c, p) for c, p, _, _ in CONTAINERS)[r["container"]]
-        dp = r["n"] // (r["tp"] * r["pp"] * r["cp"])
+        dp = row_dp(r)
         gpu, inter = SYSTEMS[r["system"]]
         prec, _, cfgname = PRECISION[r["prec"]]
         mo, src = model_entry(key, r["seq"])
