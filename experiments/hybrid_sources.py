@@ -103,7 +103,8 @@ def yaml_facts(text: str) -> tuple[dict[str, Any], list[str]]:
 
 def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """The Nemotron V3 rows of Automodel's pre-training table (its latest revision)."""
-    from experiments.transcribe_automodel import _int, _number, pretraining_rows
+    from experiments.transcribe_automodel import (pretraining_rows, printed_int,
+                                                  printed_number)
     commit = git_output(repo, "log", "-1", "--format=%H", "HEAD", "--", AUTOMODEL_PATH).strip()
     date = git_output(repo, "log", "-1", "--format=%cI", commit).strip()[:10]
     out, skipped = [], []
@@ -113,11 +114,12 @@ def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, 
         if base not in AUTOMODEL_MODELS:
             continue
         key, yaml = AUTOMODEL_MODELS[base]
-        n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep = (_int(row[k]) for k in (
+        n, gbs, mbs, lbs, ga, seq, tp, pp, cp, ep = (printed_int(row[k]) for k in (
             "#GPUs", "GBS", "MBS", "LBS", "GA", "Seq Length", "TP", "PP", "CP", "EP"))
         dp = n // (tp * pp * cp)
         mo, src = model_entry(key, seq)
-        tok, step = _number(row["Tokens/sec/GPU"]), _number(row["Time per Global Step (s)"])
+        tok = printed_number(row["Tokens/sec/GPU"])
+        step = printed_number(row["Time per Global Step (s)"])
         cfg_path = f"examples/llm_benchmark/nemotron/{yaml}"
         said, facts = yaml_facts(git_output(repo, "show", f"{commit}:{cfg_path}"))
         if (said.get("global_batch_size"), said.get("local_batch_size")) != (gbs, lbs):
@@ -142,7 +144,7 @@ def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, 
                      "virtual_stages": 1,
                      "recompute": "full" if said.get("activation_checkpointing") else None,
                      "sequence_parallel": False,
-                     "zero_stage": 3, "grad_accum": ga, "fsdp": _int(row["FSDP"]),
+                     "zero_stage": 3, "grad_accum": ga, "fsdp": printed_int(row["FSDP"]),
                      **({"moe_dispatcher": said["dispatcher"]} if said.get("dispatcher")
                         else {}),
                      **({"mtp_num_layers": said["num_nextn_predict_layers"]}
@@ -150,11 +152,11 @@ def automodel_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, 
                      "moe_routing": "contiguous"},
             "precision": "bf16",
             "measured": {"step_time_s": step, "tokens_per_s_per_gpu": tok,
-                         "model_tflops_per_gpu": _number(row["Model TFLOPs/sec/GPU"])},
+                         "model_tflops_per_gpu": printed_number(row["Model TFLOPs/sec/GPU"])},
             "notes": (f"The table's model name carries the release tag {name[len(base):].strip()}. "
                       "AutoModel benchmark recipe: mock data, fake balanced gate (moe_routing="
                       "contiguous, the table's note), no gradient clipping; FSDP2 (ZeRO-3) over "
-                      f"{_int(row['FSDP'])} GPUs. Kernels: {row['Kernel Optimizations']}. "
+                      f"{printed_int(row['FSDP'])} GPUs. Kernels: {row['Kernel Optimizations']}. "
                       f"The benchmark config ({cfg_path} at {commit[:9]}): "
                       + "; ".join(facts) + ". activation_checkpointing is a checkpoint_wrapper "
                       "per decoder block: full recomputation (as experiments/"

@@ -106,14 +106,15 @@ SKIP_MODELS = {
 }
 
 
-def _number(cell: str) -> float | None:
+def printed_number(cell: str) -> float | None:
     """A printed number (``1,002``, ``866.77``), or None for ``-``."""
     m = re.search(r"\d[\d,]*(?:\.\d+)?", cell)
     return None if m is None else float(m.group().replace(",", ""))
 
 
-def _int(cell: str) -> int | None:
-    v = _number(cell)
+def printed_int(cell: str) -> int | None:
+    """A printed integer (``printed_number`` truncated), or None for ``-``."""
+    v = printed_number(cell)
     return None if v is None else int(v)
 
 
@@ -156,7 +157,7 @@ def skip_reason(row: dict[str, str]) -> str | None:
             return why
     if name not in CONFIGS:
         return f"model {name!r} has no config in CONFIGS"
-    if _int(row["EP"]) is None and "ep" not in CONFIGS[name]:
+    if printed_int(row["EP"]) is None and "ep" not in CONFIGS[name]:
         return "expert parallelism not printed"
     return None
 
@@ -185,10 +186,10 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
     """One pre-training row as a tier-2 (held-out) reference entry."""
     name = row["Model"]
     cfg = CONFIGS[name]
-    n, gbs, mbs, lbs, ga, seq, tp, pp, cp = (_int(row[k]) for k in (
+    n, gbs, mbs, lbs, ga, seq, tp, pp, cp = (printed_int(row[k]) for k in (
         "#GPUs", "GBS", "MBS", "LBS", "GA", "Seq Length", "TP", "PP", "CP"))
-    ep = _int(row["EP"]) or cfg["ep"]
-    vp = _int(row["VP"])
+    ep = printed_int(row["EP"]) or cfg["ep"]
+    vp = printed_int(row["VP"])
     dp = n // (tp * pp * cp)
     mo = _model(name, seq)
     rid = f"automodel_{mo['name'].replace('-', '').replace('.', '')}_h100_{n}"
@@ -207,7 +208,7 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
               "t*k+k-1 (mod E).")
     if "hf" in cfg and cfg["hf"].get("num_nextn_predict_layers") == 0:
         notes += f" {_NO_MTP}."
-    if _int(row["EP"]) is None:
+    if printed_int(row["EP"]) is None:
         notes += f" ep={ep}: {cfg['ep_why']}."
     return {
         "id": rid, "kind": "measured", "tier": 2,
@@ -227,15 +228,15 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
                  "schedule": "interleaved 1F1B" if vp and vp > 1 else "1F1B",
                  "virtual_stages": vp or 1, "recompute": cfg["recompute"],
                  "sequence_parallel": False, "zero_stage": 3 if pp == 1 else 2,
-                 "grad_accum": ga, "fsdp": _int(row["FSDP"]),
+                 "grad_accum": ga, "fsdp": printed_int(row["FSDP"]),
                  "attn_impl": ATTN[cfg.get("attn", "te")],
                  **({"moe_dispatcher": "deepep"}
                     if "deepep" in row["Kernel Optimizations"].lower() else {}),
                  "moe_routing": "contiguous"},
         "precision": "bf16",
-        "measured": {"step_time_s": _number(row["Time per Global Step (s)"]),
-                     "tokens_per_s_per_gpu": _number(row["Tokens/sec/GPU"]),
-                     "model_tflops_per_gpu": _number(row["Model TFLOPs/sec/GPU"])},
+        "measured": {"step_time_s": printed_number(row["Time per Global Step (s)"]),
+                     "tokens_per_s_per_gpu": printed_number(row["Tokens/sec/GPU"]),
+                     "model_tflops_per_gpu": printed_number(row["Model TFLOPs/sec/GPU"])},
         "notes": notes,
     }
 
@@ -273,9 +274,9 @@ def transcribe(revs: list[tuple[str, str, str]]
     for commit, date, md in revs:
         for row in pretraining_rows(md):
             key = (row["Model"], row["#GPUs"])
-            figs = {"step_time_s": _number(row["Time per Global Step (s)"]),
-                    "tokens_per_s_per_gpu": _number(row["Tokens/sec/GPU"]),
-                    "model_tflops_per_gpu": _number(row["Model TFLOPs/sec/GPU"])}
+            figs = {"step_time_s": printed_number(row["Time per Global Step (s)"]),
+                    "tokens_per_s_per_gpu": printed_number(row["Tokens/sec/GPU"]),
+                    "model_tflops_per_gpu": printed_number(row["Model TFLOPs/sec/GPU"])}
             seen = history.setdefault(key, [])
             if not seen or {k: seen[-1][k] for k in figs} != figs:
                 seen.append({**figs, "commit": commit, "date": date[:10]})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from simulator.engine import core as engine
 from simulator.engine.gc_pause import paused_gc
@@ -122,7 +122,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     return res
 
 
-def sms_of(job: Job, ranks) -> dict[int, int] | None:
+def sms_of(job: Job, ranks: Iterable[int]) -> dict[int, int] | None:
     """Each simulated rank's SM count where ``job.system.comm_sm_share`` charges the SMs
     in-flight collectives hold (``simulator.engine.sm_hold``; 0 for a GPU without one), else
     None (not charged: the engine as it was)."""

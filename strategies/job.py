@@ -149,7 +149,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     if seq_len is not None:
         model = model.with_seq_length(seq_len)
     n = cluster.num_gpus
-    mp = plan.tp * plan.pp * plan.cp
+    mp = plan.model_parallel
     if n % mp:
         raise SpecError("tp*pp*cp", mp, f"must divide the cluster's {n} GPUs "
                         f"(tp={plan.tp}, pp={plan.pp}, cp={plan.cp})")

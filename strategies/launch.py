@@ -58,6 +58,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         raise SpecError("--export", "megatron", f"cannot express this plan: flushes="
                         f"{p.flushes}: Megatron-LM runs one pipeline schedule over a step's "
                         "micro-batches (flushes=1)")
+    if m.is_dsv4:         # the arguments below would build a GQA transformer, not the model
+        raise SpecError("--export", "megatron", "cannot express this model: DeepSeek-V4's "
+                        "compressed sparse attention runs on Megatron-Core dev d48bd6be's "
+                        "hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern of C/H/W "
+                        "layers, --csa-compress-ratios, --o-lora-rank, --o-groups: "
+                        "megatron/training/arguments.py l.2271-2289, l.4917-4962), which "
+                        "this export does not write")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
     if p.cp > 1 and p.cp_comm is not None:      # default p2p (arguments.py --cp-comm-type)

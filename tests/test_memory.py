@@ -25,7 +25,8 @@ from topologies.cluster import cluster_preset
 from topologies.gpus import GIB
 
 EXACT = dict(rel=1e-12)
-PUBLISHED = Path("/work/shared/reference/published.json")
+PUBLISHED = (Path(__file__).resolve().parents[1] / "strategies" / "reference" / "data"
+             / "published.json")
 
 # GPT-3 175B, Korthikanti Sec. 4-5: s=2048, b=1, h=12288, a=96, t=8
 S, B, H, A, T = 2048, 1, 12288, 96, 8

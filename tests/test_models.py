@@ -256,7 +256,7 @@ def test_bad_deepseek_configs_name_the_field(edit, field):
      "num_nextn_predict_layers"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(num_nextn_predict_layers=1,
                                                   mtp_hybrid_override_pattern="*X"),
-     "mtp_hybrid_pattern"),
+     "mtp_hybrid_override_pattern"),      # the key the config wrote (reading._HF_KEYS)
     ("nemotron3_nano_30b_a3b", lambda c: c.update(mamba_inner_widening=2),   # unknown, structural
      "mamba_inner_widening"),
     ("nemotron3_nano_30b_a3b", lambda c: c.update(n_groups=7), "n_groups"),      # 64 heads % 7

@@ -20,9 +20,15 @@ docs/calibration.md §5.110. Seconds.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 import numpy as np
 
 from strategies.cost.token_counts import Num
+
+if TYPE_CHECKING:
+    from strategies.cost.stage.array_record import StageCostArrays
+    from strategies.cost.stage.record import StageCosts
 
 #: the ring's traffic per layer pass, in all-gathers of ``StageCosts.cp_bytes``: K/V
 #: forward; K/V again and dK/dV backward (the simulator's volumes)
@@ -38,7 +44,8 @@ def ring_exposed(t_pass: Num, attn: Num, f: Num) -> Num:
     return f * t_pass + np.maximum((1 - f) * t_pass - attn, 0.0)
 
 
-def layer_waits(t_allgather: Num, sc, cp: Num) -> tuple[Num, Num]:
+def layer_waits(t_allgather: Num, sc: "StageCosts | StageCostArrays", cp: Num
+                ) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` one layer pass waits on its context-parallel traffic,
     ``t_allgather`` being one all-gather of ``sc.cp_bytes`` (the estimate's
     ``collective_time``, the bound's floor): ``ring_exposed`` of each pass's ``PASS_VOLUME``
@@ -55,7 +62,8 @@ def layer_waits(t_allgather: Num, sc, cp: Num) -> tuple[Num, Num]:
             np.where(on, ring_exposed(PASS_VOLUME[False] * t_allgather, sc.attn_bwd, f), 0.0))
 
 
-def layer_sm_extra(t_allgather: Num, sc, cp: Num, extra) -> tuple[Num, Num]:
+def layer_sm_extra(t_allgather: Num, sc: "StageCosts | StageCostArrays", cp: Num,
+                   extra: Callable[[Num, Num], Num]) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` the ring's SMs add to the attention core of one layer
     pass: ``extra(c, w)`` (``sm_share.WindowSMs.extra`` at the ring's SMs) of the share
     ``1 − f`` of each pass's ``PASS_VOLUME`` that runs beside its attention core (the

@@ -113,10 +113,8 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     # a hybrid model's mean layer: the attention at its share and the Mamba-2 mixers' in_proj
     # (after the fused pre-norm, as QKV) and out_proj (its input from the gated RMSNorm's
     # Triton kernel, cast by a pass of its own, as the attention's output) at theirs
-    mixers = ((m.mamba_share, m.mamba_linears(), "mamba"),) \
-        if m.is_hybrid and m.mamba_share else ()
-    for w0, linears, part in ((m.attention_share if m.is_hybrid else 1.0,
-                               m.attention_linears(), "attn"), *mixers):
+    for mixer, w0, linears in m.mixer_linears():
+        part = "attn" if mixer == "attention" else "mamba"
         for name, k_in, n_out, split in linears:
             w = w0 * quant_scope.quantised_share(
                 m, sc, "mla_up" if name in ("q_up", "kv_up") else part, split == "row")

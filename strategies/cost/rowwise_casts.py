@@ -98,9 +98,12 @@ def layer_linears(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     all-gathered in bf16 (cast after the gather). The attention's projections as the model
     lists them (``ModelSpec.attention_linears``; torchtitan's separate ``wq``/``wk``/``wv`` cast
     the one input once, Inductor's CSE of identical ops, and their weights and gradients sum
-    to the fused widths); MLPs as ``quantise.layer_cast_elements`` reads them (``up``
-    projections of a gated MLP in one, fc2's input and fc1's gradient cast by the activation
-    unless ``routed_unfused``/``mlp_unfused``; routed experts at ``topk`` tokens with one
+    to the fused widths), at the mean layer's share of them (``ModelSpec.mixer_linears``: a
+    hybrid model's attention share, its Mamba-2 mixers' ``in_proj`` and ``out_proj`` at theirs,
+    cast as the attention's projections of the same split); MLPs as
+    ``quantise.layer_cast_elements`` reads them (``up`` projections of a gated MLP in one,
+    fc2's input and fc1's gradient cast by the activation unless
+    ``routed_unfused``/``mlp_unfused``; routed experts at ``topk`` tokens with one
     expert's weight: torchao's ``Float8Linear`` converts ``nn.Linear`` modules, and the
     rows' torchtitan runs its grouped experts outside it, so a rowwise MoE plan is priced
     as if its experts were one linear)."""
@@ -108,12 +111,13 @@ def layer_linears(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     h, up = m.hidden_size, (2 if m.gated else 1)
     gathered = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool)
     out: list[tuple] = []
-    for _, k_in, n_out, split in m.attention_linears():
-        if split == "row":                     # input from the attention kernel
-            out.append((1.0, T, k_in / tp, n_out, False, False, True))
-        else:                                  # after a norm; dY from the attention kernel
-            out.append((1.0, T, k_in, n_out / (tp if split == "col" else 1.0),
-                        ~gathered, False, False))
+    for _, w0, linears in m.mixer_linears():   # a hybrid model's at their shares
+        for _, k_in, n_out, split in linears:
+            if split == "row":                 # input from the attention (or scan) kernel
+                out.append((w0, T, k_in / tp, n_out, False, False, True))
+            else:                              # after a norm; dY from the attention kernel
+                out.append((w0, T, k_in, n_out / (tp if split == "col" else 1.0),
+                            ~gathered, False, False))
     for kind, w in m.layer_shares().items():
         widths = [(1.0, m.ffn_hidden_size, False)] if kind == "dense" else \
             [(float(m.moe_router_topk), m.expert_ffn, True)] + \

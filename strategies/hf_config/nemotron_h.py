@@ -25,14 +25,14 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields
-from strategies.hf_config.reading import get_bool, get_int, refuse_unread
+from strategies.hf_config.reading import config_key, get_bool, get_int, refuse_unread
+from strategies.model.hybrid import MAMBA_FIELDS, check_pattern
 
 #: ``layers_block_type`` names -> pattern characters (transformers' NemotronHConfig).
 _BLOCK_CHARS = {"mamba": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
-#: Mamba fields whose transformers default is not a fact about the checkpoint: stated or refused.
-_MAMBA_REQUIRED = (("mamba_num_heads", "mamba_num_heads"), ("mamba_head_dim", "mamba_head_dim"),
-                   ("ssm_state_size", "mamba_state_dim"), ("n_groups", "mamba_num_groups"),
-                   ("conv_kernel", "mamba_conv_kernel"), ("chunk_size", "mamba_chunk_size"))
+#: Mamba fields whose transformers default is not a fact about the checkpoint: stated or refused
+#: (``(config.json key, ModelSpec field)``, the keys as ``reading.config_key`` names them).
+_MAMBA_REQUIRED = tuple((config_key(f), f) for f in MAMBA_FIELDS)
 READ = {"hybrid_override_pattern", "layers_block_type", "mamba_num_heads", "mamba_head_dim",
         "ssm_state_size", "n_groups", "conv_kernel", "chunk_size", "expand", "use_conv_bias",
         "mamba_proj_bias", "use_bias", "mlp_hidden_act", "mamba_hidden_act", "attention_head_dim",
@@ -66,15 +66,13 @@ def _spelled(cfg: Mapping[str, Any], pattern_key: str, blocks_key: str) -> Any:
 
 
 def _pattern(cfg: Mapping[str, Any]) -> str:
-    """The main pattern (``_spelled``), refused by name where absent or not a string."""
+    """The main pattern (``_spelled``), refused by name where absent or not a pattern
+    (``hybrid.check_pattern``: before its ``M`` and ``E`` decide which fields are read)."""
     p = _spelled(cfg, "hybrid_override_pattern", "layers_block_type")
     if p is None:
         raise SpecError("hybrid_override_pattern", p, "is required in a nemotron_h config.json "
                         "(one of M, *, -, E per layer)")
-    if not isinstance(p, str) or not p:
-        raise SpecError("hybrid_override_pattern", p, "must be a non-empty string of M, *, -, "
-                        "E (one per layer)")
-    return p
+    return check_pattern("hybrid_override_pattern", p)
 
 
 def read_nemotron_h(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
@@ -137,11 +135,11 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any]) -> dict[str,
     elif cfg.get("n_routed_experts") or cfg.get("moe_latent_size"):
         key = "n_routed_experts" if cfg.get("n_routed_experts") else "moe_latent_size"
         raise SpecError(key, cfg[key], "needs MoE layers (E) in hybrid_override_pattern")
-    args.update(_mtp(cfg, get_int))
+    args.update(_mtp(cfg))
     return args
 
 
-def _mtp(cfg: Mapping[str, Any], get_int: Callable[..., Any]) -> dict[str, Any]:
+def _mtp(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The multi-token-prediction fields of a nemotron_h config: ``num_nextn_predict_layers``
     modules of the block ``mtp_hybrid_override_pattern`` (or ``mtp_layers_block_type``)
     lists; {} where it states neither. Either without the other is refused by name."""

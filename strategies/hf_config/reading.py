@@ -118,9 +118,20 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "num_query_groups": ("num_key_value_heads",),
     "num_layers": ("num_hidden_layers",),
     "hybrid_pattern": ("hybrid_override_pattern", "layers_block_type"),
+    "mtp_hybrid_pattern": ("mtp_hybrid_override_pattern", "mtp_layers_block_type"),
     "mamba_num_groups": ("n_groups",),
     "mamba_state_dim": ("ssm_state_size",),
+    "mamba_conv_kernel": ("conv_kernel",),
+    "mamba_chunk_size": ("chunk_size",),
+    "kv_channels": ("head_dim", "attention_head_dim"),
+    "hc_streams": ("hc_mult",),
 }
+
+
+def config_key(field: str) -> str:
+    """The config.json key that sets ``ModelSpec`` field ``field``: the first of its
+    ``_HF_KEYS`` names, or the field's own name where the config spells it so."""
+    return _HF_KEYS.get(field, (field,))[0]
 
 
 def in_config_terms(e: SpecError, cfg: Mapping[str, Any]) -> SpecError:

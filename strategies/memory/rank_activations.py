@@ -16,6 +16,7 @@ from strategies.layout import even_chunks_content_arrays, mixed_layers
 from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
                                           stash_kinds)
+from strategies.memory.stage_stash import stashed_count
 from strategies.memory.stage_ends import stage_output_bytes
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
                                             own_chunk_peak, stash_frontier_arrays)
@@ -210,7 +211,7 @@ class RankActivations:
         for have in even_chunks_content_arrays(m, sub(sched), sub(pp), sub(v), sub(stage),
                                                range(top), *(sub(x) for x in lay)):
             held_c = {k: have[k] + zeros for k in have}
-            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"] * m.mtp_stash_layers
+            lpc_c = stashed_count(m, held_c)
             with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
                 a_c, w_c, _ = self.stash(lpc_c, stash_kinds(m, held_c, lpc_c), pick)
             acts.append(np.where(lpc_c > 0, a_c, 0.0) + zeros)

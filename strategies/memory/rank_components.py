@@ -35,6 +35,7 @@ from strategies.layout import even_stage_content_arrays, mixed_layers
 from strategies.memory.activations import permutation_buffer_bytes, stash_kinds
 from strategies.memory.deepspeed_zero import rank_tensor_sizes
 from strategies.memory.rank_activations import RankActivations
+from strategies.memory.stage_stash import stashed_count
 from strategies.memory.state_arrays import (layer_state_parts, optimizer_buffer_arrays,
                                             state_bytes_per_param)
 from strategies.model import ModelSpec
@@ -190,9 +191,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
             content = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
             if layers is None:
-                n_layers = sum(have[k] * _stash_per(m, k) for k in have)
-                layers = np.where(mirrored, (n_layers + sum(mirror[k] * _stash_per(m, k)
-                                                            for k in mirror)) / 2, n_layers)
+                n_layers = stashed_count(m, have)
+                layers = np.where(mirrored, (n_layers + stashed_count(m, mirror)) / 2, n_layers)
         shape = np.zeros_like(emb_act + out_one * is_last * stage)
         held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + shape
                   for k in m.cost_kinds() + ("mtp",)}
@@ -242,9 +242,3 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                       and part is not parts["other"])
     total = total_state + activations + other + step_copy
     return parts, total
-
-
-def _stash_per(m, kind: str) -> int:
-    """Layers one unit of ``kind`` in a rank's content stashes: an MTP module its
-    ``ModelSpec.mtp_stash_layers``, a layer 1."""
-    return m.mtp_stash_layers if kind == "mtp" else 1

@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from strategies.job import Job
 
 
+def stashed_count(model: ModelSpec, content: Mapping[str, Any]) -> Any:
+    """Layers a micro-batch stashes on a rank holding ``content`` (``{kind: counts}``, numbers
+    or arrays: ``layout.stage_content``): every layer of ``ModelSpec.cost_kinds`` once, a
+    multi-token-prediction module ``ModelSpec.mtp_stash_layers`` times. The one count the
+    array model, the scalar model and ``stash_kinds`` scale by."""
+    return sum((np.asarray(content.get(k, 0.0), dtype=float) for k in model.cost_kinds()),
+               np.asarray(content.get("mtp", 0.0), dtype=float) * model.mtp_stash_layers)
+
+
 def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> list:
     """The layers a micro-batch stashes on a rank, by kind: ``[(view, count), …]``, ``view``
     the model's ``ModelSpec.of_kind`` of the kind (whose mean layer is one layer of it) and
@@ -40,8 +49,7 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
         return [(model, layers)]
     kinds = model.cost_kinds()
     n = {k: np.asarray(content.get(k, 0.0), dtype=float) for k in kinds + ("mtp",)}
-    total = sum((n[k] for k in kinds), n["mtp"] * model.mtp_stash_layers) if model.is_hybrid \
-        else n["dense"] + n["moe"] + n["mtp"] * model.mtp_stash_layers
+    total = stashed_count(model, n)
     scale = np.divide(np.asarray(layers, dtype=float), total,
                       out=np.zeros(np.broadcast(total, np.asarray(layers)).shape),
                       where=total > 0)
@@ -108,7 +116,7 @@ def _layers_bytes(job: Job, content: Mapping[str, int]) -> tuple[float, float]:
     (``strategies.cost.recompute``, with this chunk's layer count), as
     ``chunk_layer_activation_bytes`` and ``wgrad_bytes_per_chunk`` price the mean chunk."""
     p = job.plan
-    lpc = sum(content.values())
+    lpc = stashed_count(job.model, content)      # an MTP module: its block's layers
     views = stash_kinds(job.model, content, lpc)
     act = sum(n * job_layer_activation_bytes(job, model=v) for v, n in views)
     if p.recompute == "full" and lpc:

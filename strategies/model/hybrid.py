@@ -116,6 +116,21 @@ class HybridShapes:
         return n + 3 * self.mamba_num_heads + self.mamba_d_inner
 
 
+def check_pattern(field: str, p: object) -> str:
+    """``p`` if it is a hybrid pattern: a non-empty string of ``PATTERN_KINDS`` characters
+    (upper case, as Megatron-Core's); else ``SpecError`` naming ``field``, the value (or
+    its first unknown character) and the rule. The one check of the main pattern, the MTP
+    block's and the config.json readers'."""
+    if not isinstance(p, str) or not p:
+        raise SpecError(field, p, "must be a non-empty string of M, *, -, E")
+    bad = sorted(set(p) - set(PATTERN_KINDS))
+    if bad:
+        raise SpecError(field, bad[0], "unknown layer character; allowed: M (Mamba-2),"
+                        " * (attention), - (MLP), E (MoE) (Megatron-Core's hybrid pattern; a "
+                        "pipeline split '|' or an MTP part '/' is not read here)")
+    return p
+
+
 def check_hybrid(spec: "ModelSpec") -> None:
     """The rules of a hybrid model (``SpecError`` naming field, value and rule): a pattern of
     ``M * - E`` one character per layer; the Mamba fields set where it has an ``M`` (heads
@@ -123,14 +138,7 @@ def check_hybrid(spec: "ModelSpec") -> None:
     layouts the pattern replaces (dense first layers, an MoE frequency, windows, MLA); its
     multi-token prediction: ``latent.check_latent_mtp``."""
     from topologies.limits import check_bool, check_int
-    p = spec.hybrid_pattern
-    if not isinstance(p, str) or not p:
-        raise SpecError("hybrid_pattern", p, "must be a non-empty string of M, *, -, E")
-    bad = sorted(set(p) - set(PATTERN_KINDS))
-    if bad:
-        raise SpecError("hybrid_pattern", bad[0], "unknown layer character; allowed: M (Mamba-2),"
-                        " * (attention), - (MLP), E (MoE) (Megatron-Core's hybrid pattern; a "
-                        "pipeline split '|' or an MTP part '/' is not read here)")
+    p = check_pattern("hybrid_pattern", spec.hybrid_pattern)
     if len(p) != spec.num_layers:
         raise SpecError("hybrid_pattern", p, f"must have one character per layer "
                         f"(num_layers={spec.num_layers}, pattern has {len(p)})")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
-from strategies.model.hybrid import KIND_CHARS, PATTERN_KINDS
+from strategies.model.hybrid import KIND_CHARS, PATTERN_KINDS, check_pattern
 
 if TYPE_CHECKING:
     from strategies.model.spec import ModelSpec
@@ -93,12 +93,9 @@ def check_latent_mtp(spec: "ModelSpec") -> None:
                             "needs mtp_hybrid_pattern on a hybrid model (the MTP block's "
                             "layers: HF mtp_hybrid_override_pattern)")
         return
-    from strategies.model.hybrid import PATTERN_KINDS
     if not spec.is_hybrid:
         raise SpecError("mtp_hybrid_pattern", p, "needs a hybrid model (hybrid_pattern)")
-    if not isinstance(p, str) or not p or set(p) - set(PATTERN_KINDS):
-        raise SpecError("mtp_hybrid_pattern", p, "must be a non-empty string of M, *, -, E "
-                        "(Megatron-Core's MTP part of hybrid_layer_pattern)")
+    check_pattern("mtp_hybrid_pattern", p)
     if not spec.num_nextn_predict_layers:
         raise SpecError("mtp_hybrid_pattern", p, "needs num_nextn_predict_layers >= 1 (the "
                         "multi-token-prediction modules it describes)")

@@ -108,6 +108,15 @@ class LayerKinds:
         c = self.layer_counts()
         return {k: c[k] / self.num_layers for k in ("attention", "mamba") if c[k]}
 
+    def mixer_linears(self) -> list[tuple[str, float, tuple[tuple[str, int, int, str], ...]]]:
+        """The mean layer's token mixers and their linears, ``(mixer, share, linears)`` for
+        each of ``mixer_shares`` in order: the attention's ``attention_linears``, a Mamba-2
+        mixer's ``mamba_linears`` (each ``(name, in, out, split)``, elements). The one list
+        the casts of both quantisation paths read (``quantise.layer_cast_elements``,
+        ``rowwise_casts.layer_linears``)."""
+        of = {"attention": self.attention_linears, "mamba": self.mamba_linears}
+        return [(k, w, of[k]()) for k, w in self.mixer_shares().items()]
+
     def mean_mlp_width(self) -> float:
         """``mlp_width`` of the mean layer (dense and MoE layers weighted by count)."""
         return sum(w * self.mlp_width(k) for k, w in self.layer_shares().items())

@@ -66,6 +66,10 @@ _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 
 def coerce(key: str, value: Any) -> Any:
+    """``value`` (YAML or ``key=value`` text) as plan field ``key`` holds it: a layer list,
+    recomputed modules, a bool (true/false, 1/0, yes/no, on/off), a layout string, a string
+    field stripped and lower-cased, a float or an int (None where the field may be unset); a
+    value of the wrong kind is a ``SpecError`` naming the field, the value and the rule."""
     if key in ("layers_per_stage", "group_microbatches"):
         return parse_layers(value, key)
     if key == "recompute_modules":

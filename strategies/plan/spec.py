@@ -156,9 +156,12 @@ class Plan:
 
     @property
     def model_parallel(self) -> int:
+        """GPUs one data-parallel replica spans, ``tp·pp·cp`` (the cluster's GPUs over it is
+        ``dp``: ``job.make_job``)."""
         return self.tp * self.pp * self.cp
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (``dataclasses.asdict``)."""
         return asdict(self)
 
     def short(self) -> str:

@@ -224,13 +224,13 @@ def attention_kernel(value) -> str | None:
     return None
 
 
-def is_flex_attention(value) -> bool:
+def is_flex_attention(value: object) -> bool:
     """Whether a free-text attention field names PyTorch's FlexAttention."""
     t = str(value or "").strip().lower()
     return "flexattention" in t or "flex_attention" in t
 
 
-def launch_blocking(value) -> bool:
+def launch_blocking(value: object) -> bool:
     """Whether a free-text environment field sets ``CUDA_LAUNCH_BLOCKING=1`` (synchronous
     kernel launches, ``strategies.launch_blocking``)."""
     return re.search(r"cuda_launch_blocking\s*=\s*1\b", str(value or "").lower()) is not None
