@@ -83,6 +83,8 @@ REPLICA_GRAD_BYTES = 2.0
 PAX_STATE_BYTES = 16.0
 #: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the recipe in fp8 (``paxml/configure.sh``)
 MEM_FRACTION = 0.9
+#: the MaxText rows' (NVIDIA/dgxc-benchmarking ``maxtext/configure.sh:40`` @v24.11.1)
+MAXTEXT_MEM_FRACTION = 0.94
 #: XLA:GPU's scheduler limit when the module sets no device memory size (JAX sets none):
 #: ``device_memory_size * 80 / 100``, less the entry's parameters and outputs (aliased ones
 #: once), times ``xla_gpu_memory_limit_slop_factor`` percent (default 95); openxla/xla
@@ -175,25 +177,35 @@ def pax_5b_job(template: Job, n: int, dtype: str, recompute: str) -> Job:
 
 
 def xla_scheduler_limit_bytes(device_bytes: float, io_bytes: float,
+                              base_fraction: float = XLA_BASE_FRACTION,
                               slop_percent: float = XLA_SLOP_PERCENT) -> float:
     """Bytes of temporaries XLA's latency-hiding scheduler plans under (its ``memory_limit``):
-    ``(0.8 device_bytes - io_bytes) * slop_percent / 100``, ``io_bytes`` the step's donated
-    state (parameters and outputs aliased, counted once). Above it the scheduler's memory
-    rules (``kMemoryPeakOverLimit``, ``kDecreaseMemoryOverLimit``) rank before its overlap
-    rule (``kScheduleDone``) (``xla/service/latency_hiding_scheduler.cc``, ``ReadySetLt``)."""
-    if device_bytes <= 0 or io_bytes < 0 or not 0 < slop_percent <= 100:
+    ``(base_fraction * device_bytes - io_bytes) * slop_percent / 100``, ``io_bytes`` the
+    step's donated state (parameters and outputs aliased, counted once). ``base_fraction``
+    0.8 when the compile options carry no device memory size; the allocator's fraction
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``) where the client passes its ``bytes_limit``
+    (``xla/python/py_client.cc`` in later versions; not read at the image's jaxlib). Above
+    the limit the scheduler's memory rules (``kMemoryPeakOverLimit``,
+    ``kDecreaseMemoryOverLimit``) rank before its overlap rule (``kScheduleDone``)
+    (``xla/service/latency_hiding_scheduler.cc``, ``ReadySetLt``)."""
+    if (device_bytes <= 0 or io_bytes < 0 or not 0 < base_fraction <= 1
+            or not 0 < slop_percent <= 100):
         raise ValueError(f"device_bytes={device_bytes}, io_bytes={io_bytes}, "
-                         f"slop_percent={slop_percent}: need device_bytes > 0, io_bytes >= 0 "
-                         "and 0 < slop_percent <= 100")
-    return (XLA_BASE_FRACTION * device_bytes - io_bytes) * slop_percent / 100.0
+                         f"base_fraction={base_fraction}, slop_percent={slop_percent}: need "
+                         "device_bytes > 0, io_bytes >= 0, 0 < base_fraction <= 1 and "
+                         "0 < slop_percent <= 100")
+    return (base_fraction * device_bytes - io_bytes) * slop_percent / 100.0
 
 
-def scheduler_headroom(job: Job) -> tuple[float, float, float]:
-    """(limit, live, limit - live) in bytes for ``job``: XLA's scheduler limit with the
-    model's stored state (weights, optimizer) as the step's I/O, and the temporaries the
-    model keeps live at the peak (activations and gradients)."""
+def scheduler_headroom(job: Job, base_fraction: float = XLA_BASE_FRACTION
+                       ) -> tuple[float, float, float]:
+    """(limit, live, limit - live) in bytes for ``job``: XLA's scheduler limit
+    (``xla_scheduler_limit_bytes`` at ``base_fraction``) with the model's stored state
+    (weights, optimizer) as the step's I/O, and the temporaries the model keeps live at the
+    peak (activations and gradients)."""
     mem = estimate(job).memory
-    limit = xla_scheduler_limit_bytes(job.cluster.gpu.hbm_bytes, mem.params + mem.optimizer)
+    limit = xla_scheduler_limit_bytes(job.cluster.gpu.hbm_bytes, mem.params + mem.optimizer,
+                                      base_fraction)
     live = mem.activations + mem.grads
     return limit, live, limit - live
 
@@ -278,23 +290,26 @@ def main() -> None:
         print(f"{dtype} {n} GPUs  {ms:.3f}  " + "  ".join(cols))
 
     print()
-    print("Leads of §5.166: XLA's scheduler limit against the live temporaries (GB); PaxML: "
-          "every FSDP collective unhidden, the one-hot embedding matmuls")
-    print("run  measured_s  estimate_s  limit_GB  live_GB  headroom_GB  |  serial FSDP s  "
-          "+ serial: error  |  one-hot s  + one-hot: error")
+    print("Leads of §5.166: XLA's scheduler limit against the live temporaries (GB), with no "
+          "device memory size (0.8) and with the allocator's limit (the recipe's fraction); "
+          "PaxML: every FSDP collective unhidden, the one-hot embedding matmuls")
+    print("run  measured_s  estimate_s  live_GB  limit@0.8  headroom  |  fraction  limit  "
+          "headroom  |  serial FSDP s  + serial: error  |  one-hot s  + one-hot: error")
     for c in load_cases(tiers=(2, 3)):
         if not c.id.startswith(("dgxc_paxml", "dgxc_maxtext")):
             continue
+        pax = c.id.startswith("dgxc_paxml")
+        frac = MEM_FRACTION if pax else MAXTEXT_MEM_FRACTION
         limit, live, room = scheduler_headroom(c.job)
+        alimit, _, aroom = scheduler_headroom(c.job, frac)
         est, ms = estimate(c.job).step_time_s, c.measured_step_s
         tail = ""
-        if c.id.startswith("dgxc_paxml"):
+        if pax:
             fs, oh = fsdp_serial_s(c.job), onehot_embedding_s(c.job)
             tail = (f"  |  {fs:.3f}  {100 * ((est + fs) / ms - 1):+.1f} %  |  {oh:.4f}  "
                     f"{100 * ((est + oh) / ms - 1):+.1f} %")
-        print(f"{c.id}  {ms:.3f}  {est:.3f}  {limit / 1e9:.1f}  {live / 1e9:.1f}  "
-              f"{room / 1e9:+.1f}{tail}")
-
+        print(f"{c.id}  {ms:.3f}  {est:.3f}  {live / 1e9:.1f}  {limit / 1e9:.1f}  "
+              f"{room / 1e9:+.1f}  |  {frac}  {alimit / 1e9:.1f}  {aroom / 1e9:+.1f}{tail}")
 
 if __name__ == "__main__":
     main()
