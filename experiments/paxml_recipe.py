@@ -43,6 +43,14 @@ output kept, the norms and the attention kernel rerun: ``selective`` with ``core
 ``layernorm``) and, to bracket it, ``full``. Their mesh (``FSDP=1``: FSDP over the node's 8
 GPUs, nodes as replicas) is read as ZeRO-3 over all GPUs; the gathers are hidden either way
 (``dp_comm`` 3-4 ms).
+
+Table 4 (docs/calibration.md §5.166), the leads read at this recipe's sources, per ``jax-xla``
+row of the DGX Cloud suite: XLA's latency-hiding scheduler limit (``xla_scheduler_limit_bytes``,
+openxla/xla ``xla/service/gpu/gpu_hlo_schedule.cc`` ``GetSchedulerMemoryLimit``) beside the
+temporaries the model keeps live at the step's peak (the saved activations and the fp32
+gradient shard); for the PaxML rows also every FSDP collective of the step run unhidden
+(``fsdp_serial_s``: an upper bound, not a reading) and the bf16 one-hot embedding matmuls Pax
+runs (``onehot_embedding_s``: ``EMBEDDING_LOOKUP_STYLE = 'matmul'``).
 """
 from __future__ import annotations
 
@@ -75,6 +83,21 @@ REPLICA_GRAD_BYTES = 2.0
 PAX_STATE_BYTES = 16.0
 #: ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of the recipe in fp8 (``paxml/configure.sh``)
 MEM_FRACTION = 0.9
+#: the MaxText rows' (NVIDIA/dgxc-benchmarking ``maxtext/configure.sh:40`` @v24.11.1)
+MAXTEXT_MEM_FRACTION = 0.94
+#: XLA:GPU's scheduler limit when the module sets no device memory size (JAX sets none):
+#: ``device_memory_size * 80 / 100``, less the entry's parameters and outputs (aliased ones
+#: once), times ``xla_gpu_memory_limit_slop_factor`` percent (default 95); openxla/xla
+#: ``xla/service/gpu/gpu_hlo_schedule.cc`` ``GetSchedulerMemoryLimit``
+XLA_BASE_FRACTION = 0.8
+XLA_SLOP_PERCENT = 95.0
+#: the vocabulary the run's model has: google/paxml ``paxml/contrib/gpu/scripts_gpu/configs.py``
+#: @e5bebb7 (the image's, §3.24) l.235, ``GPT175BBase.VOCAB_SIZE = 50257``; the row keeps the README's 51200
+#: (its MFU formula's)
+PAX_VOCAB = 50257
+#: positions of the learned position embedding, looked up as a one-hot matmul too
+#: (``configure_gpt3_task``: ``position_emb_tpl.lookup_style = EMBEDDING_LOOKUP_STYLE``)
+PAX_POSITIONS = 2048
 
 #: JAX-Toolbox's Pax GPT-3 175B runs: (GPU preset, nodes, --dtype, precision as the README
 #: names it, sequences per second). 256 GPUs, DP 1, FSDP 256, TP 1, 6 sequences per GPU.
@@ -153,6 +176,71 @@ def pax_5b_job(template: Job, n: int, dtype: str, recompute: str) -> Job:
                     framework=JAX_XLA)
 
 
+def xla_scheduler_limit_bytes(device_bytes: float, io_bytes: float,
+                              base_fraction: float = XLA_BASE_FRACTION,
+                              slop_percent: float = XLA_SLOP_PERCENT) -> float:
+    """Bytes of temporaries XLA's latency-hiding scheduler plans under (its ``memory_limit``):
+    ``(base_fraction * device_bytes - io_bytes) * slop_percent / 100``, ``io_bytes`` the
+    step's donated state (parameters and outputs aliased, counted once). ``base_fraction``
+    0.8 when the compile options carry no device memory size; the allocator's fraction
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``) where the client passes its ``bytes_limit``
+    (``xla/python/py_client.cc`` in later versions; not read at the image's jaxlib). Above
+    the limit the scheduler's memory rules (``kMemoryPeakOverLimit``,
+    ``kDecreaseMemoryOverLimit``) rank before its overlap rule (``kScheduleDone``)
+    (``xla/service/latency_hiding_scheduler.cc``, ``ReadySetLt``)."""
+    if (device_bytes <= 0 or io_bytes < 0 or not 0 < base_fraction <= 1
+            or not 0 < slop_percent <= 100):
+        raise ValueError(f"device_bytes={device_bytes}, io_bytes={io_bytes}, "
+                         f"base_fraction={base_fraction}, slop_percent={slop_percent}: need "
+                         "device_bytes > 0, io_bytes >= 0, 0 < base_fraction <= 1 and "
+                         "0 < slop_percent <= 100")
+    return (base_fraction * device_bytes - io_bytes) * slop_percent / 100.0
+
+
+def scheduler_headroom(job: Job, base_fraction: float = XLA_BASE_FRACTION
+                       ) -> tuple[float, float, float]:
+    """(limit, live, limit - live) in bytes for ``job``: XLA's scheduler limit
+    (``xla_scheduler_limit_bytes`` at ``base_fraction``) with the model's stored state
+    (weights, optimizer) as the step's I/O, and the temporaries the model keeps live at the
+    peak (activations and gradients)."""
+    mem = estimate(job).memory
+    limit = xla_scheduler_limit_bytes(job.cluster.gpu.hbm_bytes, mem.params + mem.optimizer,
+                                      base_fraction)
+    live = mem.activations + mem.grads
+    return limit, live, limit - live
+
+
+def fsdp_serial_s(job: Job, gather_bytes: float = 1.0, scatter_bytes: float = 2.0) -> float:
+    """Seconds of every FSDP collective of one step run alone (an upper bound, not a reading):
+    per layer the forward's and the backward's all-gather of the layer's weights
+    (``gather_bytes`` each: fp8, §3.24) and the reduce-scatter of its gradients
+    (``scatter_bytes``: bf16) over the shard group (``dp_shard``, else ``dp``), one
+    micro-batch per step."""
+    m, p = job.model, job.plan
+    w = float(param_counts.layer_params_per_gpu(m, 1, 1))
+    group = p.dp_shard or p.dp
+    ag = comm.collective_time("allgather", w * gather_bytes, group, 1, job.cluster)
+    rs = comm.collective_time("reduce_scatter", w * scatter_bytes, group, 1, job.cluster)
+    return float(m.num_layers * (2.0 * ag + rs))
+
+
+def onehot_embedding_s(job: Job, vocab: int = PAX_VOCAB, positions: int = PAX_POSITIONS) -> float:
+    """Seconds of Pax's one-hot embedding lookups as bf16 GEMMs on one GPU (forward and
+    weight gradient; the one-hot input takes no gradient): ``(tokens x vocab) @ (vocab x h)``
+    and its ``(vocab x tokens) @ (tokens x h)``, the same for the positions (``gemm_unit`` at
+    the catalog's bf16 rate, as the output layer is priced)."""
+    from strategies.cost.gemm_kernel import gemm_fixed_s, gemm_unit, gemm_waves, k_knee
+    gpu, p = job.cluster.gpu, job.plan
+    rate = gpu.peak("bf16") * gpu.matmul_efficiency
+    kn, wv, t0 = k_knee(gpu, "bf16"), gemm_waves(gpu, job.system), gemm_fixed_s(gpu)
+    tokens, h = p.mbs * job.seq_len, job.model.hidden_size
+
+    def g(M: float, N: float, K: float) -> float:
+        return float(gemm_unit(M, N, K, rate, gpu.hbm_bandwidth, 2.0, None, kn, None, wv, t0))
+    per_mb = sum(g(tokens, h, v) + g(v, h, tokens) for v in (vocab, positions))
+    return per_mb * p.gbs / (p.mbs * p.dp)
+
+
 def main() -> None:
     cases = [c for c in load_cases(tiers=(2, 3)) if c.id.startswith("dgxc_paxml")]
     print("run  plan  measured_s  estimate_s  error  compute_s  recompute_s  dp_comm_s  "
@@ -201,6 +289,27 @@ def main() -> None:
                         f"{'-' if k is None else f'{k:.3f}'}")
         print(f"{dtype} {n} GPUs  {ms:.3f}  " + "  ".join(cols))
 
+    print()
+    print("Leads of §5.166: XLA's scheduler limit against the live temporaries (GB), with no "
+          "device memory size (0.8) and with the allocator's limit (the recipe's fraction); "
+          "PaxML: every FSDP collective unhidden, the one-hot embedding matmuls")
+    print("run  measured_s  estimate_s  live_GB  limit@0.8  headroom  |  fraction  limit  "
+          "headroom  |  serial FSDP s  + serial: error  |  one-hot s  + one-hot: error")
+    for c in load_cases(tiers=(2, 3)):
+        if not c.id.startswith(("dgxc_paxml", "dgxc_maxtext")):
+            continue
+        pax = c.id.startswith("dgxc_paxml")
+        frac = MEM_FRACTION if pax else MAXTEXT_MEM_FRACTION
+        limit, live, room = scheduler_headroom(c.job)
+        alimit, _, aroom = scheduler_headroom(c.job, frac)
+        est, ms = estimate(c.job).step_time_s, c.measured_step_s
+        tail = ""
+        if pax:
+            fs, oh = fsdp_serial_s(c.job), onehot_embedding_s(c.job)
+            tail = (f"  |  {fs:.3f}  {100 * ((est + fs) / ms - 1):+.1f} %  |  {oh:.4f}  "
+                    f"{100 * ((est + oh) / ms - 1):+.1f} %")
+        print(f"{c.id}  {ms:.3f}  {est:.3f}  {live / 1e9:.1f}  {limit / 1e9:.1f}  "
+              f"{room / 1e9:+.1f}  |  {frac}  {alimit / 1e9:.1f}  {aroom / 1e9:+.1f}{tail}")
 
 if __name__ == "__main__":
     main()
