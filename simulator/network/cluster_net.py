@@ -94,6 +94,8 @@ class SimNetwork(FlowNetwork):
         self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
         self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
         self._blocks: dict = {}      # id of a list of flows -> (the list, its FlowBlock)
+        if not self._planes:         # nothing striped: the engine's messages go straight to
+            self.transfer = super().transfer     # ``FlowNetwork.transfer`` (a frame fewer)
 
     @property
     def record_load(self) -> bool:

@@ -211,7 +211,7 @@ class FlowNetwork(FlowTable):
         are the environment's queue (the superseded completion timeouts, whose callbacks are
         this network's bound methods), the environment's own bound event classes (SimPy's
         ``BoundClass.bind_early`` stores ``env.timeout`` and the like on ``env``) and
-        ``SimNetwork``'s bound ``_recompute`` on itself. Read-only queries (``link_bytes``,
+        ``SimNetwork``'s bound ``_recompute`` and ``transfer`` on itself. Read-only queries (``link_bytes``,
         routes, logs) still answer; nothing can run on the network after it."""
         env = self.env
         env._queue.clear()
@@ -219,6 +219,7 @@ class FlowNetwork(FlowTable):
             if getattr(value, "__self__", None) is env:
                 delattr(env, name)
         self.__dict__.pop("_recompute", None)
+        self.__dict__.pop("transfer", None)
 
     def _slot_rates(self) -> np.ndarray:
         """Each slot's rate (bytes/s) as the last recomputation set it (0 for a flow started
