@@ -3,7 +3,8 @@ each simulation computed (to check that a faster simulator computes the same, bi
 
 Runs the README's main job (``search`` with its defaults) in this process with ``--workers 1``
 and process CPU time around each phase of every simulation (compile, engine setup, the event
-loop, the metrics) and around each of the search's simulations (plan, events, method).
+loop, the metrics, the network's construction) and around each of the search's simulations
+(plan, events, method).
 ``--digest`` then simulates each of those plans again (``simulate`` and the search's
 ``simulate_figures``) and hashes its records in order, step time, event count, metrics and
 figures; the total hash must be the same for two checkouts whose outputs are the same.
@@ -53,6 +54,7 @@ def profile() -> list:
     from simulator.engine import core
     spent: Counter = Counter()
     for name, owner, attr in (("compile", sim, "compile_job"), ("metrics", sim, "derive_metrics"),
+                              ("network", sim, "new_network"),
                               ("engine setup", core.Engine, "__init__"),
                               ("engine setup", core.Engine, "start"), ("run", sim.engine, "run"),
                               ("simulate", sim, "simulate")):
@@ -73,7 +75,7 @@ def profile() -> list:
     spent["event loop"] = spent.pop("run") - spent["engine setup"]
     print(f"search ({_TREE}): {total:.2f} CPU s, of which the simulations {spent['simulate']:.2f}:"
           + "".join(f" {k} {spent[k]:.2f}," for k in ("compile", "engine setup", "event loop",
-                                                       "metrics")).rstrip(","))
+                                                       "metrics", "network")).rstrip(","))
     for cpu, plan, events, method in sims:
         print(f"  {cpu:6.2f} CPU s {events:>9,} events  {plan.short():<40} {method}")
     return [plan for _, plan, _, _ in sims]

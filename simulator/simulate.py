@@ -28,6 +28,7 @@ from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
 from simulator.program.ops import Program
 from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
+from simulator.network.routes import LinkTables
 from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
 from strategies.cost.system import get_system
@@ -46,7 +47,7 @@ from topologies.routing import route
 if TYPE_CHECKING:
     import networkx as nx
 
-_GRAPHS: dict[str, Any] = {}
+_GRAPHS: dict[str, tuple[Any, LinkTables]] = {}
 TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 
@@ -54,11 +55,18 @@ def graph_of(cluster: Cluster) -> "nx.DiGraph":
     """``build_graph(cluster)``, kept for the next simulation of the same cluster (the last
     four clusters; a search's workers build theirs before their first plan,
     ``simulator.search.executors``)."""
+    return _graph_and_tables(cluster)[0]
+
+
+def _graph_and_tables(cluster: Cluster) -> tuple["nx.DiGraph", LinkTables]:
+    """``graph_of``'s graph and its ``LinkTables`` (links, capacities, unfolded routes),
+    kept with it: every simulation of a search shares them (a kept graph never changes)."""
     key = json.dumps(cluster.to_dict(), sort_keys=True)
     if key not in _GRAPHS:
         if len(_GRAPHS) >= 4:
             _GRAPHS.pop(next(iter(_GRAPHS)))
-        _GRAPHS[key] = build_graph(cluster)
+        graph = build_graph(cluster)
+        _GRAPHS[key] = (graph, LinkTables(graph))
     return _GRAPHS[key]
 
 
@@ -103,9 +111,9 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         spec = fold_spec(job, fold)
         programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                                costs=costs)
-        graph = graph_of(job.cluster)
+        graph, tables = _graph_and_tables(job.cluster)
         net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
-                          else None, network, record_load=link_series)
+                          else None, network, record_load=link_series, tables=tables)
         net.count_bytes = not figures_only      # the figures read no link's bytes
         try:
             res = engine.run(programs, net=net, free_comm=free_comm,

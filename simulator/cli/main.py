@@ -11,7 +11,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from simulator.workers import Stopped, stop_on_signals
 from strategies.errors import SpecError
@@ -30,6 +30,22 @@ class _Parser(argparse.ArgumentParser):
                      f": error: {message}\n".replace("paraplan : ", "paraplan: "))
 
 
+class _Version(argparse.Action):
+    """``--version``: ``paraplan X.Y`` (the installed distribution's, else ``unknown``),
+    looked up only when asked (``importlib.metadata`` and the look-up cost every command's
+    start-up otherwise)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            ver = version("paraplan")
+        except PackageNotFoundError:
+            ver = "unknown"
+        parser._print_message(f"paraplan {ver}\n", sys.stdout)
+        parser.exit()
+
+
 def _chosen(argv: Sequence[str] | None) -> tuple[str, ...]:
     """The subcommand modules a parse of ``argv`` needs: only the named command's when the
     first non-option word is one (start-up imports one module, not ten; ``paraplan X --help``
@@ -46,12 +62,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     subcommand that ``argv`` names (``_chosen``)."""
     p = _Parser(prog="paraplan", description="Plan and simulate parallel training of LLMs.")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        ver = version("paraplan")
-    except PackageNotFoundError:
-        ver = "unknown"
-    p.add_argument("--version", action="version", version=f"paraplan {ver}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in _chosen(argv):
         try:

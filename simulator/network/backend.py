@@ -30,6 +30,7 @@ import simpy
 from simulator.network import BACKEND_NAMES
 from simulator.network.cluster_net import SimNetwork
 from simulator.network.maxmin import max_min_rates
+from simulator.network.routes import LinkTables
 
 Node = Hashable
 
@@ -161,16 +162,18 @@ DEFAULT_BACKEND = BACKEND_NAMES[0]
 
 
 def new_network(graph: nx.DiGraph, route_fn: Callable, link_map=None,
-                backend: str = DEFAULT_BACKEND, record_load: bool = False) -> NetworkBackend:
+                backend: str = DEFAULT_BACKEND, record_load: bool = False,
+                tables: LinkTables | None = None) -> NetworkBackend:
     """A network of kind ``backend`` (``BACKENDS``' keys) over ``graph`` on a fresh SimPy
     environment (callers need no SimPy of their own). ``record_load``: keep each link's load
     over time (``SimNetwork.link_rate_series``); the ``flows`` backend only (the
-    contention-free one times its flows outside the flow table)."""
+    contention-free one times its flows outside the flow table). ``tables``: the graph's
+    ``LinkTables`` where the caller keeps them (``simulate``: one per cached graph)."""
     try:
         cls = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"network backend {backend!r}: must be one of "
                          f"{', '.join(BACKENDS)}") from None
-    net = cls(simpy.Environment(), graph, route_fn, link_map)
+    net = cls(simpy.Environment(), graph, route_fn, link_map, tables=tables)
     net.record_load = record_load and cls is SimNetwork
     return net

@@ -29,6 +29,7 @@ import simpy
 
 from simulator.network.flow_table import FlowBlock
 from simulator.network.flows import FlowNetwork, transfer_ends
+from simulator.network.routes import LinkTables
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.routing import plane_routes
 
@@ -71,12 +72,16 @@ class SimNetwork(FlowNetwork):
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph,
                  route_fn: Optional[Callable] = None, link_map: Optional[LinkMap] = None,
-                 scale: bool = True, record_load: bool = False) -> None:
-        super().__init__(env, graph, route_fn)
-        if scale:
-            eff = np.array([edge_efficiency(u, v) for u, v in self.edges] + [1.0])
-            self._capacity = self._capacity * eff
-            self._capacity.flags.writeable = False   # (as in Routes: the memo's key)
+                 scale: bool = True, record_load: bool = False,
+                 tables: Optional[LinkTables] = None) -> None:
+        super().__init__(env, graph, route_fn, tables)
+        if scale:       # the graph's scaled capacities, worked out once for its tables
+            scaled = self.tables.scaled
+            if scaled is None:
+                eff = np.array([edge_efficiency(u, v) for u, v in self.edges] + [1.0])
+                scaled = self.tables.scaled = self._capacity * eff
+                scaled.flags.writeable = False   # (as in Routes: the memo's key)
+            self._capacity = scaled
         self.link_map = link_map
         self._solo = np.zeros(len(self.edges) + 1)   # bytes moved in closed form, per link
         self._solo_due: list = []    # (link indices, bytes) counted but not yet added to _solo
@@ -89,6 +94,8 @@ class SimNetwork(FlowNetwork):
         self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
         self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
         self._blocks: dict = {}      # id of a list of flows -> (the list, its FlowBlock)
+        if not self._planes:         # nothing striped: the engine's messages go straight to
+            self.transfer = super().transfer     # ``FlowNetwork.transfer`` (a frame fewer)
 
     @property
     def record_load(self) -> bool:

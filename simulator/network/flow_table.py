@@ -17,7 +17,7 @@ import networkx as nx
 import numpy as np
 
 from simulator.network.queue_entry import call_at
-from simulator.network.routes import RouteFn, RouteTable
+from simulator.network.routes import LinkTables, RouteFn, RouteTable
 
 FEW_FLOWS = 8   # up to this many flows started together go in one by one (``_start_flows``)
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
@@ -60,8 +60,9 @@ class FlowTable(RouteTable):
 
     count_bytes = True
 
-    def __init__(self, graph: nx.DiGraph, route_fn: Optional[RouteFn] = None) -> None:
-        super().__init__(graph, route_fn)
+    def __init__(self, graph: nx.DiGraph, route_fn: Optional[RouteFn] = None,
+                 tables: Optional[LinkTables] = None) -> None:
+        super().__init__(graph, route_fn, tables)
         # flow slots: per-slot arrays, a link-index matrix padded with ``_pad``
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
         self._size, self._rem = np.zeros(0), np.zeros(0)

@@ -36,7 +36,7 @@ from simpy.events import NORMAL
 from simulator.network.flow_table import FlowTable
 from simulator.network.maxmin import max_min_memo, solved
 from simulator.network.queue_entry import QueueEntry, call_at
-from simulator.network.routes import Node, RouteFn
+from simulator.network.routes import LinkTables, Node, RouteFn
 
 _FINISH_RTOL = 1e-14   # flows predicted to end within this relative time are done together
 # Max-min rates depend only on the links each active flow crosses (capacities are fixed), and a
@@ -85,9 +85,10 @@ class FlowNetwork(FlowTable):
     """
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph,
-                 route_fn: Optional[RouteFn] = None) -> None:
+                 route_fn: Optional[RouteFn] = None, tables: Optional[LinkTables] = None
+                 ) -> None:
         self.env = env
-        super().__init__(graph, route_fn)
+        super().__init__(graph, route_fn, tables)
         self._due: dict[tuple, list] = {}    # flows waiting out their latency: (start, share)
         # the rates of the last recomputation: (the slots it rated, each one's rate bytes/s,
         # each one's seconds left then, the time then), and the first of the finish times
@@ -210,7 +211,7 @@ class FlowNetwork(FlowTable):
         are the environment's queue (the superseded completion timeouts, whose callbacks are
         this network's bound methods), the environment's own bound event classes (SimPy's
         ``BoundClass.bind_early`` stores ``env.timeout`` and the like on ``env``) and
-        ``SimNetwork``'s bound ``_recompute`` on itself. Read-only queries (``link_bytes``,
+        ``SimNetwork``'s bound ``_recompute`` and ``transfer`` on itself. Read-only queries (``link_bytes``,
         routes, logs) still answer; nothing can run on the network after it."""
         env = self.env
         env._queue.clear()
@@ -218,6 +219,7 @@ class FlowNetwork(FlowTable):
             if getattr(value, "__self__", None) is env:
                 delattr(env, name)
         self.__dict__.pop("_recompute", None)
+        self.__dict__.pop("transfer", None)
 
     def _slot_rates(self) -> np.ndarray:
         """Each slot's rate (bytes/s) as the last recomputation set it (0 for a flow started

@@ -34,49 +34,85 @@ def _walk(graph: nx.DiGraph, src: Node, dst: Node, dist: dict) -> list:
     return path
 
 
+class LinkTables:
+    """What every network over one graph shares: its directed links in ``graph.edges`` order
+    (``edges``, ``edge_index``), their bandwidths (bytes/s) with the padding link's infinite
+    capacity last (``capacity``, read-only), ``SimNetwork``'s capacities scaled by each link's
+    efficiency (``scaled``, filled by the first such network) and the unfolded routes of each
+    route function (``routes``: ``route_fn -> {(src, dst): (nodes, link indices, latency)}``).
+    A pure function of the graph, which must not change after it is built: ``simulate`` keeps
+    one per cached graph (``simulate.graph_of``), so the simulations of a search build the
+    links of its 1,024-GPU cluster (6,208 of them) and their routes once, not per plan."""
+
+    __slots__ = ("edges", "edge_index", "capacity", "scaled", "routes")
+
+    def __init__(self, graph: nx.DiGraph) -> None:
+        self.edges = list(graph.edges)
+        self.edge_index = {e: i for i, e in enumerate(self.edges)}
+        self.capacity = np.append([_checked(graph, e) for e in self.edges], np.inf)
+        self.capacity.flags.writeable = False   # read-only: maxmin's memo keys on its identity
+        self.scaled: Optional[np.ndarray] = None
+        self.routes: dict = {}
+
+
+def _checked(graph: nx.DiGraph, edge: tuple) -> float:
+    """``edge``'s bandwidth (bytes/s), once its bandwidth and latency are checked."""
+    attrs = graph.edges[edge]
+    bandwidth, latency = attrs.get("bandwidth"), attrs.get("latency", 0.0)
+    if bandwidth is None or not bandwidth > 0:
+        raise ValueError(f"edge {edge!r}: bandwidth={bandwidth!r} must be > 0 bytes/s")
+    if not latency >= 0:
+        raise ValueError(f"edge {edge!r}: latency={latency!r} must be >= 0 s")
+    return float(bandwidth)
+
+
 class RouteTable:
     """The links of a directed graph whose edges carry ``bandwidth`` (bytes/s, > 0) and
     ``latency`` (seconds, >= 0), and the routes between its nodes. Links are numbered in
     ``graph.edges`` order (``edges``); ``_capacity`` holds their bandwidths (bytes/s) and, last,
     a padding link of infinite capacity (index ``_pad``). The base of ``FlowNetwork``; the graph
-    must not change after construction."""
+    must not change after construction. ``tables``: the graph's ``LinkTables`` when the caller
+    keeps them (the same links, capacities and unfolded routes; else built here)."""
 
-    def __init__(self, graph: nx.DiGraph, route_fn: Optional[RouteFn] = None) -> None:
+    def __init__(self, graph: nx.DiGraph, route_fn: Optional[RouteFn] = None,
+                 tables: Optional[LinkTables] = None) -> None:
         self.graph = graph
         self.route_fn = route_fn
         self._dist: dict = {}         # dst -> hop counts to it, for the default routing
-        self.edges = list(graph.edges)
-        self._edge_index = {e: i for i, e in enumerate(self.edges)}
-        self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
-        self._capacity.flags.writeable = False   # read-only: maxmin's memo keys on its identity
+        self.tables = tables = tables if tables is not None else LinkTables(graph)
+        self.edges = tables.edges
+        self._edge_index = tables.edge_index
+        self._capacity = tables.capacity
         self._pad = len(self.edges)
-        self._routes: dict = {}
-
-    def _checked(self, edge: tuple) -> float:
-        attrs = self.graph.edges[edge]
-        bandwidth, latency = attrs.get("bandwidth"), attrs.get("latency", 0.0)
-        if bandwidth is None or not bandwidth > 0:
-            raise ValueError(f"edge {edge!r}: bandwidth={bandwidth!r} must be > 0 bytes/s")
-        if not latency >= 0:
-            raise ValueError(f"edge {edge!r}: latency={latency!r} must be >= 0 s")
-        return float(bandwidth)
+        self._routes: dict = {}       # (src, dst) -> this network's route (folded: SimNetwork)
+        # (src, dst) -> the unfolded route, shared by the networks over these tables
+        self._unfolded: dict = tables.routes.setdefault(route_fn, {})
 
     def route(self, src: Node, dst: Node) -> tuple:
-        """``(nodes, link_indices, latency_s)`` of the cached route from src to dst."""
+        """``(nodes, link_indices, latency_s)`` of the cached route from src to dst (the
+        link indices read-only: networks over the same tables share them)."""
         key = (src, dst)
-        if key not in self._routes:
-            if self.route_fn is None:
-                if dst not in self._dist:
-                    self._dist[dst] = _hops_to(self.graph, dst)
-                nodes = tuple(_walk(self.graph, src, dst, self._dist[dst]))
-            else:
-                nodes = tuple(self.route_fn(self.graph, src, dst))
-            if nodes[0] != src or nodes[-1] != dst:
-                raise ValueError(f"route_fn gave {nodes!r} for {src!r} -> {dst!r}")
-            hops = list(zip(nodes[:-1], nodes[1:]))
-            latency = 0.0
-            for hop in hops:
-                latency += float(self.graph.edges[hop].get("latency", 0.0))
-            index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
-            self._routes[key] = (nodes, index, latency)
-        return self._routes[key]
+        hit = self._routes.get(key)
+        if hit is None:
+            hit = self._unfolded.get(key)
+            if hit is None:
+                hit = self._unfolded[key] = self._new_route(src, dst)
+            self._routes[key] = hit
+        return hit
+
+    def _new_route(self, src: Node, dst: Node) -> tuple:
+        if self.route_fn is None:
+            if dst not in self._dist:
+                self._dist[dst] = _hops_to(self.graph, dst)
+            nodes = tuple(_walk(self.graph, src, dst, self._dist[dst]))
+        else:
+            nodes = tuple(self.route_fn(self.graph, src, dst))
+        if nodes[0] != src or nodes[-1] != dst:
+            raise ValueError(f"route_fn gave {nodes!r} for {src!r} -> {dst!r}")
+        hops = list(zip(nodes[:-1], nodes[1:]))
+        latency = 0.0
+        for hop in hops:
+            latency += float(self.graph.edges[hop].get("latency", 0.0))
+        index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
+        index.flags.writeable = False
+        return nodes, index, latency

@@ -14,7 +14,6 @@ checkpoint whose early stop the profile models; ``amp_fp8`` is Transformer Engin
 """
 from __future__ import annotations
 
-import yaml
 
 from strategies.errors import SpecError
 from strategies.stacks.pytorch import PYTORCH_EAGER
@@ -53,4 +52,5 @@ def llm_foundry_config(job: Job) -> tuple[str, list[str]]:
     if p.zero == 0 and p.dp > 1:
         notes.append("zero=0 is FSDP's NO_SHARD (parameters replicated, gradients all-reduced "
                      "as DDP does)")
+    import yaml     # here: a search or an estimate that exports nothing never loads it
     return yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), notes

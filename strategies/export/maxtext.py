@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from math import gcd
 
-import yaml
 
 from strategies.errors import SpecError
 from strategies.stacks.jax_xla import JAX_XLA
@@ -176,4 +175,5 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     if p.ep > 1 and p.zero == 0:
         notes.append("MaxText shards the dense weights over the expert axis too (logical "
                      "rule embed -> fsdp, expert): ZeRO-3-like over the ep ranks")
+    import yaml     # here: a search or an estimate that exports nothing never loads it
     return yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False), notes
