@@ -34,6 +34,7 @@ from strategies.export.maxtext import maxtext_config
 from strategies.export.torchtitan import torchtitan_config
 from strategies.stacks.profile import FrameworkProfile
 from strategies.job import Job
+from strategies.model import ModelSpec
 from strategies.schedules import get_schedule
 from topologies.precision import get_precision
 
@@ -58,13 +59,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         raise SpecError("--export", "megatron", f"cannot express this plan: flushes="
                         f"{p.flushes}: Megatron-LM runs one pipeline schedule over a step's "
                         "micro-batches (flushes=1)")
-    if m.is_dsv4:         # the arguments below would build a GQA transformer, not the model
-        raise SpecError("--export", "megatron", "cannot express this model: DeepSeek-V4's "
-                        "compressed sparse attention runs on Megatron-Core dev d48bd6be's "
-                        "hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern of C/H/W "
-                        "layers, --csa-compress-ratios, --o-lora-rank, --o-groups: "
-                        "megatron/training/arguments.py l.2271-2289, l.4917-4962), which "
-                        "this export does not write")
+    # DeepSeek-V4: refused by check_export (its model rule), before any estimate or search
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
     if p.cp > 1 and p.cp_comm is not None:      # default p2p (arguments.py --cp-comm-type)
@@ -254,21 +249,45 @@ def _uneven_megatron_args(job: Job) -> list[str]:
             f"--decoder-last-pipeline-num-layers {ls[-1]}"]
 
 
-def check_export(kind: str, fw: FrameworkProfile | None) -> None:
-    """Refuse ``--export kind`` for a named stack launched another way (``fw.export``);
-    no stack named (``None``): any export."""
+def check_export(kind: str, fw: FrameworkProfile | None, model: ModelSpec | None = None
+                 ) -> None:
+    """Refuse ``--export kind`` for a named stack launched another way (``fw.export``; no
+    stack named, ``None``: any export) or for a model its settings cannot build
+    (``export_model_rule``; ``None``: not checked). The CLI calls it before the estimate,
+    simulation or search, ``export`` again."""
     if kind not in EXPORTS:
         raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")
     if fw is not None and fw.export != kind:
         rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export in EXPORTS
                 else f"paraplan has no launch-settings exporter for {fw.name}")
         raise SpecError("--export", kind, rule)
+    why = export_model_rule(kind, model) if model is not None else None
+    if why is not None:
+        raise SpecError("--export", kind, f"cannot express this model: {why}")
+
+
+def export_model_rule(kind: str, model: ModelSpec) -> str | None:
+    """Why export ``kind`` cannot build ``model`` (None: it can): Megatron-LM's arguments here
+    build a GQA transformer or Megatron's hybrid model, not DeepSeek-V4's compressed sparse
+    attention; MaxText's keys here are a transformer's (``base_*``), not a hybrid model's
+    Mamba-2 layers."""
+    if kind == "megatron" and model.is_dsv4:
+        return ("DeepSeek-V4's compressed sparse attention runs on Megatron-Core dev "
+                "d48bd6be's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern of C/H/W "
+                "layers, --csa-compress-ratios, --o-lora-rank, --o-groups: "
+                "megatron/training/arguments.py l.2271-2289, l.4917-4962), which this "
+                "export does not write")
+    if kind == "maxtext" and model.is_hybrid:
+        return (f"{model.name} is a hybrid model (hybrid_pattern of Mamba-2, attention and "
+                "MLP layers); the MaxText keys this export writes (base_emb_dim, "
+                "base_num_decoder_layers, ...) build a transformer")
+    return None
 
 
 def export(kind: str, job: Job) -> tuple[str, list[str]]:
     """The launch settings of ``job``'s plan for ``kind`` (``EXPORTS``) and their caveats;
     refused for a stack the user named that is launched another way (``check_export``)."""
-    check_export(kind, job.named_framework)
+    check_export(kind, job.named_framework, job.model)
     if kind == "megatron":
         return megatron_args(job)
     if kind == "deepspeed":

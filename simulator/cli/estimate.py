@@ -6,7 +6,7 @@ from typing import Any
 
 from simulator.cli.common import (add_json, add_plan_inputs, emit_json, fmt_s, resolve_job,
                                   table)
-from simulator.cli.launch_export import add_export, export_settings
+from simulator.cli.launch_export import add_export, check_export_early, export_settings
 from strategies.cost import comm as cm
 from strategies.estimate.scalar import estimate
 from strategies.memory.scalar import memory_by_origin_json
@@ -45,6 +45,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     job = resolve_job(args)
+    check_export_early(args, job.named_framework, job.model)     # before the estimate
     out = estimate(job).to_json()
     out["memory_by_origin"] = memory_by_origin_json(job)
     exported = export_settings(args, job)

@@ -9,7 +9,9 @@ from typing import Any
 
 from simulator.cli.common import Once
 from strategies.job import Job
-from strategies.launch import EXPORTS, export
+from strategies.launch import EXPORTS, check_export, export
+from strategies.model import ModelSpec
+from strategies.stacks.profile import FrameworkProfile
 
 WHAT = ("Megatron-LM pretrain_gpt.py arguments, a DeepSpeed config (JSON), a torchtitan job "
         "config (TOML) or MaxText config keys (YAML); a named --framework takes its own")
@@ -19,6 +21,15 @@ def add_export(p: Any, help_text: str) -> None:
     """The ``--export`` flag on parser (or group) ``p``."""
     p.add_argument("--export", action=Once, choices=EXPORTS, default=None,
                    help=f"{help_text} ({WHAT})")
+
+
+def check_export_early(args: argparse.Namespace, fw: FrameworkProfile | None,
+                       model: ModelSpec) -> None:
+    """Refuse ``--export`` (a SpecError, exit 2) for a named stack launched another way or a
+    model the export cannot build (``strategies.launch.check_export``), before the estimate,
+    simulation or search runs; nothing without ``--export``."""
+    if args.export:
+        check_export(args.export, fw, model)
 
 
 def export_settings(args: argparse.Namespace, job: Job) -> dict[str, str] | None:

@@ -15,8 +15,7 @@ from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, a
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
                               positive_int, probe_write, resolve_cluster, resolve_framework,
                               resolve_model, table, warn)
-from simulator.cli.launch_export import add_export, export_settings
-from strategies.launch import check_export
+from simulator.cli.launch_export import add_export, check_export_early, export_settings
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
@@ -283,8 +282,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
     check_folder(args.save_top, "--save-top")
     cfg = config_from_args(args)
-    if args.export:   # a stack launched another way is refused before the search
-        check_export(args.export, cfg.framework)
+    check_export_early(args, cfg.framework, cfg.model)     # before the search, not after it
     report = run_search(cfg)
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)

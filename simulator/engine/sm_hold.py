@@ -16,9 +16,12 @@ what they were, bit for bit. Units: seconds, SMs.
 from __future__ import annotations
 
 from heapq import heappush
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from simpy.events import NORMAL
+
+if TYPE_CHECKING:
+    from simulator.engine.streams import Stream
 
 
 class SmHold:
@@ -47,11 +50,11 @@ class SmHold:
             return 1.0
         return (sm - min(k, sm - 1)) / sm
 
-    def start(self, st, i: int, seconds: float, now: float) -> None:
+    def start(self, st: Stream, i: int, seconds: float, now: float) -> None:
         """``st``'s compute op ``i`` of ``seconds`` (at the full rate) starts now."""
         self._put(st, i, seconds, now, self.rate(st.rank))
 
-    def _put(self, st, i: int, work: float, now: float, rate: float) -> None:
+    def _put(self, st: Stream, i: int, work: float, now: float, rate: float) -> None:
         """Queue the end of ``st``'s op ``i`` with ``work`` seconds left at ``rate``."""
         t = now + work if rate == 1.0 else now + work / rate
         key = (t, st.cls, i)
@@ -64,7 +67,7 @@ class SmHold:
             due.append(st)
         self.running[st.rank] = (st, work, now, key)
 
-    def ended(self, streams: list) -> None:
+    def ended(self, streams: list[Stream]) -> None:
         """The compute ops of ``streams`` ended now."""
         running = self.running
         for st in streams:

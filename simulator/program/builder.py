@@ -20,7 +20,7 @@ state, the op primitives, the action loop and the step's end.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.block_memo import BlockMemo
@@ -44,6 +44,9 @@ from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, ch
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
+
+if TYPE_CHECKING:
+    from strategies.job import Job
 
 
 class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
@@ -328,7 +331,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                        meta)
 
 
-def held_by_category(job, rank: int) -> dict[str, float]:
+def held_by_category(job: Job, rank: int) -> dict[str, float]:
     """SMs a collective of each record category holds on ``rank``'s GPU while in flight,
     from ``strategies.cost.sm_share.window_sms`` (the estimate's source): the data-parallel
     stream's and the context-parallel ring's NCCL's, the expert all-to-all's its

@@ -6,11 +6,15 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields
-from strategies.hf_config.reading import get_bool, get_int, refuse_unread
+from strategies.hf_config.reading import get_bool, get_int, group_routing, refuse_unread
 
 #: DeepSeek's ``topk_method`` values (modeling_deepseek.py MoEGate: V2's ``greedy`` and
 #: ``group_limited_greedy``, V3's ``noaux_tc``).
 DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+#: The method an absent ``topk_method`` reads as: transformers' ``DeepseekV3Config`` has no
+#: such key and its ``DeepseekV3TopkRouter`` always routes as ``noaux_tc`` (the expert bias,
+#: ``n_group``/``topk_group``); a deepseek_v2 config without it routes greedily.
+_DEFAULT_TOPK_METHOD = {"deepseek_v3": "noaux_tc"}
 
 
 def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
@@ -29,14 +33,10 @@ def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     if get_int(cfg, "moe_layer_freq", 1) != 1:
         raise SpecError("moe_layer_freq", cfg["moe_layer_freq"], "DeepSeek's MoE layer "
                         "frequency other than 1 is not modelled")
-    topk_method = cfg.get("topk_method")
+    topk_method = cfg.get("topk_method", _DEFAULT_TOPK_METHOD.get(mt))
     if topk_method is not None and topk_method not in DEEPSEEK_TOPK_METHODS:
         raise SpecError("topk_method", topk_method, f"must be one of "
                         f"{', '.join(DEEPSEEK_TOPK_METHODS)} (DeepSeek's routers)")
-    # group-limited routing (V2's group_limited_greedy, V3's noaux_tc): a token's experts come
-    # from at most topk_group of n_group groups (DeepSeek-V3 maps a group to a node)
-    groups = get_int(cfg, "n_group", 1)
-    limited = topk_method in ("group_limited_greedy", "noaux_tc") and groups > 1
     args.update(ffn_hidden_size=get_int(cfg, "intermediate_size"),
                 num_experts=get_int(cfg, "n_routed_experts"),
                 moe_router_topk=get_int(cfg, "num_experts_per_tok"),
@@ -51,7 +51,6 @@ def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
                 num_nextn_predict_layers=get_int(cfg, "num_nextn_predict_layers", 0, lo=0),
                 # DeepSeek-V3's auxiliary-loss-free balancing adds a bias per expert
                 router_bias=topk_method == "noaux_tc",
-                moe_router_num_groups=groups if limited else None,
-                moe_router_group_topk=get_int(cfg, "topk_group") if limited else None)
+                **group_routing(cfg, topk_method))
     refuse_unread(cfg, mt, read)
     return args

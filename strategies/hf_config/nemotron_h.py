@@ -25,7 +25,8 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields
-from strategies.hf_config.reading import config_key, get_bool, get_int, refuse_unread
+from strategies.hf_config.reading import (config_key, get_bool, get_int, group_routing,
+                                          refuse_unread)
 from strategies.model.hybrid import MAMBA_FIELDS, check_pattern
 
 #: ``layers_block_type`` names -> pattern characters (transformers' NemotronHConfig).
@@ -120,15 +121,14 @@ def nemotron_h_args(cfg: Mapping[str, Any], common: dict[str, Any]) -> dict[str,
         get_int(cfg, "expand", None)        # stated by the cards, not what sizes the mixer
     if "E" in p:
         shared = get_int(cfg, "n_shared_experts", 0, lo=0)
-        groups = get_int(cfg, "n_group", 1)
         args.update(num_experts=get_int(cfg, "n_routed_experts"),
                     moe_router_topk=get_int(cfg, "num_experts_per_tok"),
                     moe_ffn_hidden_size=get_int(cfg, "moe_intermediate_size"),
                     num_shared_experts=shared, router_bias=True,
                     shared_expert_ffn_hidden_size=(
                         get_int(cfg, "moe_shared_expert_intermediate_size") if shared else None),
-                    moe_router_num_groups=groups if groups > 1 else None,
-                    moe_router_group_topk=get_int(cfg, "topk_group") if groups > 1 else None)
+                    # NemotronHTopkRouter is DeepseekV3TopkRouter: noaux_tc's groups
+                    **group_routing(cfg, "noaux_tc"))
         latent = get_int(cfg, "moe_latent_size", None)
         if latent is not None:
             args["moe_latent_size"] = latent

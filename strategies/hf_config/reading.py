@@ -51,6 +51,23 @@ def get_int(cfg: Mapping[str, Any], key: str, default: Any = ..., lo: int = 1) -
     return v if v is None else check_int(key, v, lo, _MAX_INT)
 
 
+#: The ``topk_method`` values that pick a token's experts within groups (DeepSeek-V2's
+#: ``group_limited_greedy``, V3's ``noaux_tc``: modeling_deepseek.py ``MoEGate``); transformers'
+#: ``DeepseekV3TopkRouter``, which ``NemotronHTopkRouter`` is, always routes so.
+GROUP_TOPK_METHODS = ("group_limited_greedy", "noaux_tc")
+
+
+def group_routing(cfg: Mapping[str, Any], topk_method: str | None) -> dict[str, int | None]:
+    """``moe_router_num_groups`` / ``moe_router_group_topk`` of a router with ``topk_method``:
+    group-limited routing (a token's experts from at most ``topk_group`` of ``n_group`` expert
+    groups; DeepSeek-V3 maps a group to a node) where the method routes within groups
+    (``GROUP_TOPK_METHODS``) and ``n_group`` > 1, else None for both."""
+    groups = get_int(cfg, "n_group", 1)
+    limited = topk_method in GROUP_TOPK_METHODS and groups > 1
+    return {"moe_router_num_groups": groups if limited else None,
+            "moe_router_group_topk": get_int(cfg, "topk_group") if limited else None}
+
+
 def get_bool(cfg: Mapping[str, Any], key: str) -> bool:
     """A boolean field of the config (absent or null: False; anything but a bool refused)."""
     v = cfg.get(key, False)

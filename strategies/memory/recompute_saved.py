@@ -92,7 +92,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
                            remat_named: bool = False, cache: float | None = None) -> float:
     """Bytes one transformer layer keeps for backward, per GPU and micro-batch.
 
-    ``recompute="full"`` gives the stored layer input only; the layer's working set during
+    ``recompute="full"`` gives the stored layer input only (``checkpoint_input_bytes``); the layer's working set during
     its recomputation is ``layer_activation_bytes(..., recompute="none")``. ``remat_named``
     (``FrameworkProfile.remat_named``): selective recomputation keeps what the JAX remat
     policy saves (``named_remat_bytes``) instead of the table less the selected parts.
@@ -106,10 +106,10 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
     >>> layer_activation_bytes(m, 2048, 1, tp=8, sp=True, recompute="selective") * 8 / (2048 * 12288)
     34.0
     """
-    s, b, h = seq_len, micro_batch_size, model.hidden_size
-    seq_div = tp if sp else 1
+    s, b = seq_len, micro_batch_size
     if recompute == "full":
-        return 2 * s * b * h / seq_div / cp
+        return float(checkpoint_input_bytes(model, s, b, tp, sp, cp))
+    seq_div = tp if sp else 1
     if recompute == "op":
         return float(op_saved_bytes(model, s, b, tp, sp, cp))
     terms = layer_activation_terms(model, s, b, cache)
@@ -136,16 +136,29 @@ def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=Fa
     """Bytes one layer keeps for backward under ``recompute=op`` (torchtitan's op-level
     selective checkpointing), per GPU and micro-batch; numbers or numpy arrays.
 
-    What the policy saves (``MUST_SAVE``) plus the checkpoint's input: the layer input
-    ``2sbh`` (``/t`` with SP), the output of every saved GEMM of ``costs.op_sac_gemms``
+    What the policy saves (``MUST_SAVE``) plus the checkpoint's input
+    (``checkpoint_input_bytes``), the output of every saved GEMM of ``costs.op_sac_gemms``
     (``2·M·N`` as the GEMM writes it on this GPU: a row-parallel GEMM's partial sum is ``h``
     wide), the attention kernel's output ``2·s·b·a·d_v/t`` (its log-sum-exp neglected, as
     above) and, with SP, the two reduce-scatter outputs ``2sbh/t`` each. All ``/c``."""
     s, b, h = seq_len, micro_batch_size, model.hidden_size
     T = b * s / cp
-    seq_div = np.where(sp, tp, 1)
     gemms = sum(2.0 * c * M * N for c, M, N, _, _, saved in
                 op_sac_gemms(model, b, tp, cp, 1) if saved)
     attn_out = 2.0 * T * model.num_attention_heads * model.v_dim / tp
     rs = np.where(np.logical_and(sp, tp > 1), 2 * 2.0 * T * h / tp, 0.0)
-    return 2.0 * T * h / seq_div + gemms + attn_out + rs
+    return checkpoint_input_bytes(model, s, b, tp, sp, cp) + gemms + attn_out + rs
+
+
+def checkpoint_input_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=False,
+                           cp=1):
+    """Bytes of the input a checkpointed layer keeps, per GPU and micro-batch (full
+    recomputation keeps it alone; ``recompute=op`` beside what its policy saves); numbers or
+    numpy arrays: ``2·s·b·h·n`` (16-bit), ``/t`` with SP, ``/c``. ``n = hc_streams``: a
+    DeepSeek-V4 layer's input is its hyper-connections' ``n`` residual streams (Megatron-Core
+    ``transformer/hyper_connection.py``: the block passes ``n·h`` from layer to layer, as
+    ``layer_terms``' ``ln1_input``/``ln2_input`` count it; docs/calibration.md §5.153); 1
+    elsewhere."""
+    seq_div = np.where(sp, tp, 1)
+    return 2.0 * seq_len * micro_batch_size * model.hidden_size * model.hc_streams \
+        / seq_div / cp

@@ -19,6 +19,7 @@ from strategies.cost import recompute as rcp
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms,
                                           layer_wgrad_terms, named_remat_bytes, op_saved_bytes,
                                           selective_dropped_bytes)
+from strategies.memory.recompute_saved import checkpoint_input_bytes
 from strategies.model import ModelSpec
 from strategies.schedules import schedule_of_code
 
@@ -40,7 +41,7 @@ def layer_act_arrays(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named
     stored = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                   + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp \
         - selective_dropped_bytes(m, s, b, tp, sp, cp, rc, mask, cache)[0]
-    full = 2.0 * s * b * m.hidden_size / seq_div / cp
+    full = checkpoint_input_bytes(m, s, b, tp, sp, cp)
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
     if remat_named:

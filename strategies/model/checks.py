@@ -33,7 +33,11 @@ _LIMITS = {"num_layers": MAX_LAYERS, "hidden_size": MAX_HIDDEN, "num_attention_h
            "qk_nope_head_dim": MAX_HIDDEN, "v_head_dim": MAX_HIDDEN,
            "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS,
            "num_nextn_predict_layers": MAX_LAYERS, "global_attention_every": MAX_LAYERS,
-           "moe_router_num_groups": MAX_EXPERTS, "moe_router_group_topk": MAX_EXPERTS}
+           "moe_router_num_groups": MAX_EXPERTS, "moe_router_group_topk": MAX_EXPERTS,
+           # DeepSeek-V4 (strategies.model.dsv4.DSV4_FIELDS): ranks and head widths as the
+           # others, head and group counts as heads, the indexer's keys as a sequence
+           "o_lora_rank": MAX_HIDDEN, "o_groups": MAX_HEADS, "index_n_heads": MAX_HEADS,
+           "index_head_dim": MAX_HIDDEN, "index_topk": MAX_SEQ}
 
 
 def check_spec(spec: "ModelSpec") -> None:

@@ -149,9 +149,11 @@ def check_dsv4(spec: "ModelSpec") -> None:
                 raise SpecError(f, getattr(spec, f), "needs compress_ratios (DeepSeek-V4 "
                                 "attention)")
         return
-    if not isinstance(cr, tuple) or len(cr) != spec.num_layers:
-        raise SpecError("compress_ratios", cr, f"must be a tuple of one ratio per layer "
-                        f"({spec.num_layers})")
+    if not isinstance(cr, tuple) or len(cr) != spec.num_layers:   # a model file's list: a tuple
+        shown = list(cr) if isinstance(cr, tuple) else cr
+        given = f" (it lists {len(cr)})" if isinstance(cr, tuple) else ""
+        raise SpecError("compress_ratios", shown, f"must list one ratio for each of the "
+                        f"{spec.num_layers} layers{given}")
     for r in cr:
         if isinstance(r, bool) or not isinstance(r, int) or r not in RATIO_KINDS:
             raise SpecError("compress_ratios", r, f"must be one of {sorted(RATIO_KINDS)}")

@@ -59,14 +59,14 @@ class HybridShapes:
         share of ``*`` layers (a cost term of the attention block is multiplied by it)."""
         if not self.is_hybrid:
             return 1.0
-        return self.hybrid_pattern.count(KIND_CHARS["attention"]) / self.num_layers
+        return self.hybrid_counts()["attention"] / self.num_layers
 
     @property
     def mamba_share(self) -> float:
         """Mamba-2 mixers per layer of the mean layer (0 for a transformer)."""
         if not self.is_hybrid:
             return 0.0
-        return self.hybrid_pattern.count(KIND_CHARS["mamba"]) / self.num_layers
+        return self.hybrid_counts()["mamba"] / self.num_layers
 
     @property
     def mlp_share(self) -> float:

@@ -68,7 +68,7 @@ class LayerKinds:
         """Layers ``i`` with ``i >= first_k_dense_replace`` and ``moe_layer_freq | i + 1`` (a
         hybrid model's: its ``E`` layers)."""
         if self.is_hybrid:
-            return self.hybrid_pattern.count(KIND_CHARS["moe"])
+            return self.hybrid_counts()["moe"]
         if not self.is_moe:
             return 0
         f, k = self.moe_layer_freq, min(self.first_k_dense_replace, self.num_layers)
@@ -78,7 +78,7 @@ class LayerKinds:
     def num_dense_layers(self) -> int:
         """Layers with a dense MLP (a hybrid model's: its MLP-only ``-`` layers)."""
         if self.is_hybrid:
-            return self.hybrid_pattern.count(KIND_CHARS["dense"])
+            return self.hybrid_counts()["dense"]
         return self.num_layers - self.num_moe_layers
 
     def layer_counts(self) -> dict[str, int]:

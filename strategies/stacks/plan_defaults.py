@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from strategies.errors import SpecError
 
 if TYPE_CHECKING:
+    from strategies.plan import Plan
     from strategies.stacks.profile import FrameworkProfile
 
 
@@ -135,7 +136,7 @@ def given_fields(raw: Mapping[Any, Any]) -> set[str]:
     return {ALIAS.get(k, k) for k in keys}
 
 
-def stack_fills(fw: "FrameworkProfile", given: set[str], plan: Any,
+def stack_fills(fw: "FrameworkProfile", given: set[str], plan: "Plan",
                 gpus: int | None) -> list[PlanFill]:
     """The fields stack ``fw`` fills in ``plan`` (parsed with the generic defaults) whose
     names are not in ``given``; ``gpus``: the cluster's GPU count, which resolves an unset
@@ -146,8 +147,8 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: Any,
     pipelined = plan.pp > 1
     if "zero" not in given:
         dp = plan.dp
-        if dp is None and gpus is not None and gpus % (plan.tp * plan.pp * plan.cp) == 0:
-            dp = gpus // (plan.tp * plan.pp * plan.cp)
+        if dp is None and gpus is not None and gpus % plan.model_parallel == 0:
+            dp = gpus // plan.model_parallel
         sharded = dp is None or dp * plan.cp > 1 or 0 not in fw.zero_stages
         stage = d.zero_with_pp if pipelined else d.zero
         if sharded and stage != plan.zero:

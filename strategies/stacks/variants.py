@@ -110,14 +110,16 @@ def with_fp8_attention(fw: FrameworkProfile, dtype: str, gpu: "GPU") -> Framewor
     without Transformer Engine's attention (``grouped_mlp_casts``: Megatron-Core with TE)."""
     from strategies.cost.fp8_attention import chip_class
     if dtype != "mxfp8":
-        raise SpecError("fp8_attention", dtype, "FP8 attention is modelled under the MXFP8 "
-                        "recipe only (TE's MXFP8 fused attention); needs dtype mxfp8")
+        raise SpecError("fp8_attention", True, f"needs dtype mxfp8, not {dtype!r}: FP8 "
+                        "attention is modelled under the MXFP8 recipe only (TE's MXFP8 fused "
+                        "attention)")
     if not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
-        raise SpecError("fp8_attention", fw.name, "FP8 attention is Transformer Engine's "
-                        "fp8_dpa under Megatron-Core; this stack does not run it")
+        raise SpecError("fp8_attention", True, "needs Transformer Engine's fp8_dpa under "
+                        f"Megatron-Core; stack {fw.name!r} does not run it")
     if chip_class(gpu) is None:
-        raise SpecError("fp8_attention", gpu.name, "MXFP8 attention runs on sm 100 "
-                        "(B200/GB200, B300/GB300) only, where the cuDNN timings are public")
+        raise SpecError("fp8_attention", True, "MXFP8 attention runs on sm 100 (B200/GB200, "
+                        f"B300/GB300) only, where the cuDNN timings are public, not on "
+                        f"{gpu.name}")
     return replace(fw, fp8_attention=True)
 
 
