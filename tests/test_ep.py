@@ -20,6 +20,7 @@ from strategies.cost.comm.links import pxn_relay
 from strategies.cost import token_counts
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
+from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
@@ -220,15 +221,61 @@ def test_plan_round_trips_the_expert_fields():
 
 
 # ------------------------------------------------------------------ node-limited routing
-def test_node_limited_routing_scale():
-    """DeepSeek-V3: 8 router groups, at most 4 per token, top-8: ep=64 over 8-GPU nodes spans
-    8 nodes = the groups, so the bytes between nodes halve; elsewhere nothing changes."""
-    m = model_preset("deepseek-v3")
+def test_alltoall_sends_one_copy_per_expert_whatever_the_groups():
+    """DeepSeek-V3: 8 router groups, at most 4 per token, top-8. Megatron's ``alltoall``
+    dispatcher sends one copy per (token, expert), so node-limited routing (ep=64 over 8-GPU
+    nodes: 8 nodes = the groups) leaves its inter-node share at 1, and its costs equal the
+    same model without groups; DeepEP and HybridEP (once per node) keep their grouped
+    closed form, below the ungrouped one."""
+    m = dataclasses.replace(model_preset("deepseek-v3"), num_layers=4, first_k_dense_replace=1,
+                            num_nextn_predict_layers=0, seq_length=1024)
     assert (m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk) == (8, 4, 8)
-    assert ep_dispatch.ep_remote_scale(m, 64, 1, 8) == 0.5
-    assert ep_dispatch.ep_remote_scale(m, 32, 1, 8) == 1.0     # 4 nodes: groups != nodes
-    assert ep_dispatch.ep_remote_scale(m, 32, 2, 8) == 0.5     # etp 2: 32 ranks 2 apart, 8 nodes
-    assert ep_dispatch.ep_remote_scale(QWEN, 64, 1, 8) == 1.0  # not group-limited
+    flat = dataclasses.replace(m, moe_router_num_groups=None, moe_router_group_topk=None)
+    for ep, etp in ((64, 1), (32, 2), (32, 1)):
+        assert ep_dispatch.ep_dedup(m, ep, etp, 8, 0) == (1.0, 1.0)
+    cl = cluster_preset("dgx-h100", 8)
+    plan = parse_plan("ep=64,gbs=64,moe_imbalance=1")
+    got, ref = (stage_costs(make_job(x, cl, plan)) for x in (m, flat))
+    assert got.ep_remote_scale == ref.ep_remote_scale == 1.0
+    assert got.ep_bytes == pytest.approx(ref.ep_bytes, rel=REL)
+    t, t0 = (estimate(make_job(x, cl, plan)).step_time_s for x in (m, flat))
+    assert t == pytest.approx(t0, rel=REL)
+    E, k, G, M, N = m.num_experts, m.moe_router_topk, 8, 4, 8
+    for code in (1, 2):
+        b, r = ep_dispatch.ep_dedup(m, 64, 1, 8, code)
+        b0, r0 = ep_dispatch.ep_dedup(flat, 64, 1, 8, code)
+        p_rank = ep_dispatch.expert_hit_probability(E, k, 64, G, M)
+        p_node = ep_dispatch.expert_hit_probability(E, k, N, G, M)
+        assert b == pytest.approx(64 * p_rank / k, rel=REL)
+        assert r == pytest.approx(N * p_node / k / b, rel=REL)
+        assert b * r < b0 * r0                        # fewer bytes between nodes with groups
+
+
+def test_grouped_routing_copies_between_nodes_enumerated():
+    """Exact enumeration of a toy group-limited router (8 experts, 4 groups = 4 nodes of one
+    rank each, 2 groups per token, top-2, uniform): the mean copies a per-expert dispatcher
+    sends off the token's node are ``k(N-1)/N``, as without groups (``alltoall``'s remote
+    scale 1), while the distinct remote nodes a once-per-node dispatcher reaches are
+    ``(N-1)·P_node`` of ``expert_hit_probability`` with the groups."""
+    from itertools import combinations
+    E, G, M, k = 8, 4, 2, 2
+    size = E // G
+    copies, nodes, cases = 0, 0, 0
+    for groups in combinations(range(G), M):
+        pool = [e for g in groups for e in range(g * size, (g + 1) * size)]
+        for experts in combinations(pool, k):
+            hit = [e // size for e in experts]     # node of each chosen expert (node 0 home)
+            copies += sum(1 for n in hit if n != 0)
+            nodes += len({n for n in hit if n != 0})
+            cases += 1
+    toy = dataclasses.replace(model_preset("deepseek-v3"), num_experts=E, moe_router_topk=k,
+                              moe_router_num_groups=G, moe_router_group_topk=M)
+    assert copies / cases == pytest.approx(k * (G - 1) / G, rel=REL)
+    assert ep_dispatch.ep_dedup(toy, G, 8, 8, 0)[1] == 1.0          # 4 nodes of one rank
+    p_node = float(ep_dispatch.expert_hit_probability(E, k, G, G, M))
+    assert nodes / cases == pytest.approx((G - 1) * p_node, rel=REL)
+    b, r = ep_dispatch.ep_dedup(toy, G, 8, 8, 1)
+    assert b * r * k * (G - 1) / G == pytest.approx(nodes / cases, rel=REL)
 
 
 @pytest.mark.parametrize("backend", ["flows", "contention-free"])
@@ -263,8 +310,9 @@ def test_plan_file_keeps_the_expert_fields():
 @pytest.mark.slow
 def test_lower_bound_holds_for_expert_plans():
     """The search stays exact with the new all-to-all: the bound never beats the simulation,
-    node-limited (a DeepSeek-V3-shaped toy: 2 router groups = the 2 nodes of ep=16), with
-    expert TP, and with imbalance."""
+    node-limited (a DeepSeek-V3-shaped toy: 2 router groups = the 2 nodes of ep=16; DeepEP
+    forwards once per node, alltoall sends per expert), with expert TP, and with
+    imbalance."""
     from simulator.simulate import simulate
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.plan_arrays import PlanArrays
@@ -272,9 +320,11 @@ def test_lower_bound_holds_for_expert_plans():
                             num_nextn_predict_layers=0, seq_length=1024,
                             moe_router_num_groups=2, moe_router_group_topk=1)
     cl = cluster_preset("hgx-h800", 2)
-    plans = ["ep=16,gbs=32", "ep=8,etp=2,gbs=32", "pp=2,ep=8,gbs=32,moe_imbalance=1.3"]
+    plans = ["ep=16,gbs=32,moe_dispatcher=deepep", "ep=16,gbs=32", "ep=8,etp=2,gbs=32",
+             "pp=2,ep=8,gbs=32,moe_imbalance=1.3"]
     jobs = [make_job(m, cl, parse_plan(p)) for p in plans]
-    assert stage_costs(jobs[0]).ep_remote_scale == 1 / 8          # M/k
+    assert stage_costs(jobs[0]).ep_remote_scale < 1.0             # forwarded, once per node
+    assert stage_costs(jobs[1]).ep_remote_scale == 1.0            # alltoall: one copy per expert
     bounds = step_time_lower_bound(m, cl, "bf16", PlanArrays.from_plans([j.plan for j in jobs]))
     for j, b in zip(jobs, bounds):
         assert b <= simulate(j).step_time_s, j.plan.short()

@@ -1,7 +1,7 @@
 """Expert parallelism's all-to-all: its bytes per GPU (dispatch and combine, the dispatcher's
 metadata, the expert tensor-parallel collectives), the share of them that crosses nodes under
-node-limited routing or DeepEP/HybridEP's per-rank and per-node deduplication, and the NVLink
-share those kernels reach. Vectorised over the plan fields."""
+DeepEP/HybridEP's per-rank and per-node deduplication (node-limited routing included), and
+the NVLink share those kernels reach. Vectorised over the plan fields."""
 from __future__ import annotations
 
 from math import comb, gcd
@@ -90,27 +90,6 @@ def dispatcher_metadata_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     return counts[()], np.asarray(probs, dtype=float)[()]
 
 
-def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
-    """Share of the all-to-all's per-pair bytes that crosses between nodes, 1 unless the
-    router is node-limited. DeepSeek-V3 (technical report, arXiv:2412.19437, "node-limited
-    routing" and its cross-node all-to-all: each token to at most ``M = 4`` nodes; its
-    ``config.json``: ``n_group`` 8, ``topk_group`` 4) groups the experts so that
-    the groups are the nodes of its expert-parallel group, picks ``M`` groups per token, and
-    dispatches a token once to each chosen node over InfiniBand, to be forwarded to its
-    experts there over NVLink. A token then leaves its node ``M·(N-1)/N`` times on average
-    (its own node is one of the ``M`` with chance ``M/N``) instead of once per expert,
-    ``k·(N-1)/N``: the inter-node bytes scale by ``M/k``. Applies where the expert group of
-    ``ep`` ranks ``etp`` apart spans exactly ``moe_router_num_groups`` nodes (groups = nodes)
-    and ``M < k``. Vectorised."""
-    G, M, k = m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk
-    if not m.is_moe or not G or not M or M >= k:
-        return 1.0 + 0.0 * np.asarray(ep, dtype=float)
-    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
-    per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
-    nodes = ep / per_node
-    return np.where((nodes == G) & (G > 1), M / k, 1.0)[()]
-
-
 def expert_hit_probability(E: int, k: int, units: Num, G: int | None = None,
                            M: int | None = None) -> Num:
     """Chance that a token's ``k`` experts include one of a unit's (a rank's or a node's
@@ -177,13 +156,19 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     against ``k(N-1)/N`` remote copies, ``N`` the expert group's nodes (``remote_scale``,
     relative to the scaled bytes, as ``two_level_time`` takes it), ``P`` from
     ``expert_hit_probability``, or where ``routing`` (``plan.choices.ROUTINGS`` code) is 1
-    (``contiguous``) from ``contiguous_hit_probability``. ``alltoall``: ``(1,
-    ep_remote_scale)`` (one copy per expert whatever the routing). Vectorised."""
+    (``contiguous``) from ``contiguous_hit_probability``; group-limited routing (``G``
+    groups, ``M`` per token) enters through ``P``. ``alltoall``: ``(1, 1)`` whatever the
+    routing: Megatron-Core's ``MoEAlltoAllTokenDispatcher`` (``core_v0.17.0``
+    ``token_dispatcher.py``) permutes one row per (token, expert) (``num_out_tokens = T·k``
+    L526, ``permute`` L641) and sends each rank the rows of its experts (``input_splits``
+    L533-535, ``all_to_all`` L671-673), so with ``M`` of ``N = G`` nodes chosen the copies
+    that stay home average ``(M/N)·(k/M) = k/N``, as without groups: node-limited routing
+    saves inter-node bytes only for a dispatcher that sends a token once per node.
+    Vectorised."""
     ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
     code = np.asarray(dispatcher)
-    base = ep_remote_scale(m, ep, etp, gpus_per_node)
     if not m.is_moe or not np.any(code > 0):
-        return 1.0 + 0.0 * ep, base
+        return 1.0 + 0.0 * ep, 1.0 + 0.0 * ep
     E, k = m.num_experts, m.moe_router_topk
     G, M = m.moe_router_num_groups, m.moe_router_group_topk
     per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
@@ -200,7 +185,7 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     nic = np.where(nodes > 1, nodes * p_node / k, 1.0)
     dedup = (code > 0) & ok
     remote = np.where(nodes > 1, nic / np.where(dedup, byte_scale, 1.0), 1.0)
-    return np.where(dedup, byte_scale, 1.0)[()], np.where(dedup, remote, base)[()]
+    return np.where(dedup, byte_scale, 1.0)[()], np.where(dedup, remote, 1.0)[()]
 
 
 #: Share of NCCL's achievable NVLink rate (``comm.NVLINK_EFFICIENCY`` of the link: nccl-tests'
