@@ -130,7 +130,7 @@ class ContentionFreeNetwork(SimNetwork):
 
     def solo_seconds_sized(self, flows: Sequence[tuple[Node, Node]],
                            sizes: Sequence[float]) -> float:
-        """``solo_seconds`` for flows of different ``sizes`` (bytes each; a node-limited
+        """``solo_seconds`` for flows of different ``sizes`` (bytes each; a forwarded
         all-to-all, the striped ring): max-min fair sharing among themselves, re-shared each
         time one ends; a flow between nodes of a multi-plane network is one row per plane
         with its share of the bytes, as in ``solo_seconds``."""

@@ -193,7 +193,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
                     algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                         else op.algorithm
                     # (every field but the group is the template's: the remote share of a
-                    # node-limited all-to-all included, or the members of one rendezvous
+                    # forwarded all-to-all included, or the members of one rendezvous
                     # would disagree on its bytes and the last to arrive would decide)
                     moved = shared[key] = Collective(
                         op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag, op.category,

@@ -23,8 +23,8 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None,
            remote_scale: float = 1.0, nvlink_share: float = 1.0) -> list[Phase]:
     """The one phase of an all-to-all over ``group`` (``nbytes`` sent per member); with
     ``remote_scale`` or ``nvlink_share`` != 1 (and ``node_of``) the all-to-all is forwarded
-    (``two_level_time``'s ``forwarded``: node-limited routing, DeepEP's and HybridEP's
-    per-node deduplication, ``strategies.cost.ep_dispatch.ep_remote_scale`` and ``ep_dedup``):
+    (``two_level_time``'s ``forwarded``: DeepEP's and HybridEP's per-node deduplication,
+    node-limited routing included, ``strategies.cost.ep_dispatch.ep_dedup``):
     each member sends one flow to the member of the same position on every other node,
     carrying that node's ``k·remote_scale·nbytes/n`` (its tokens, once per node), and one
     flow to each of its node's other members, carrying the ``nodes·nbytes/n`` it forwards
@@ -83,8 +83,8 @@ def two_level_time(nbytes: Num, n: Num, k: Num, bw_in: Num, bw_out: Num, lat: Nu
     (``k = n``) gives ``(n-1)/n·nbytes/bw_in``, one member per node
     ``(n-1)/n·nbytes/bw_out``.
 
-    ``remote_scale`` ``r`` != 1: the all-to-all is *forwarded* (node-limited routing, DeepEP's
-    normal kernels and HybridEP): a member sends a token once to each destination node, to
+    ``remote_scale`` ``r`` != 1: the all-to-all is *forwarded* (DeepEP's normal kernels and
+    HybridEP, node-limited routing or not): a member sends a token once to each destination node, to
     the GPU of its own local index there (``r`` of the per-pair bytes cross the NICs: the
     NIC term scales by ``r``), and that GPU forwards it over NVLink to each of its node's
     members that holds one of the token's experts, so the NVLink leg carries every node's

@@ -47,7 +47,7 @@ class Phase:
     carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop
     plus ``local_steps`` latencies of its slowest hop inside a node (NCCL's ring across
     nodes: only the steps that cross nodes pay the network's latency); with ``remote_nbytes``
-    set, the flows between two nodes carry that instead (a node-limited all-to-all, the
+    set, the flows between two nodes carry that instead (a forwarded all-to-all, the
     striped ring)."""
 
     flows: tuple[tuple[int, int], ...]

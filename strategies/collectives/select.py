@@ -127,8 +127,9 @@ def phases_of(algorithm: str, kind: str, group: Sequence[int], nbytes: float,
               nvlink_share: float = 1.0) -> list[Phase]:
     """The phases of ``kind`` over ``group`` with ``algorithm`` (``ALGORITHMS``' keys);
     ``remote_scale``: the share of an all-to-all's per-pair bytes that crosses between nodes
-    (node-limited routing), ``nvlink_share``: the share of the node fabric's rate its kernel
-    reaches (DeepEP, HybridEP); only ``all_to_all`` takes them."""
+    (DeepEP's and HybridEP's per-node deduplication), ``nvlink_share``: the share of the
+    node fabric's rate its kernel reaches (DeepEP, HybridEP); only ``all_to_all`` takes
+    them."""
     if (kind == "alltoall" and algorithm in (RING, HIERARCHICAL)) or \
             (kind != "alltoall" and algorithm == ALL_TO_ALL):
         raise ValueError(f"collective kind={kind!r} with algorithm {algorithm!r}: all-to-all "

@@ -22,8 +22,9 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
     several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
-    the share of its bytes between nodes, node-limited routing; ``nvlink_share``: the share of
-    NVLink's rate its kernel reaches, ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
+    the share of its bytes between nodes, DeepEP's and HybridEP's per-node deduplication;
+    ``nvlink_share``: the share of NVLink's rate its kernel reaches,
+    ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)

@@ -71,7 +71,7 @@ class StageCostArrays:
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
-    ep_remote_scale: np.ndarray   # share of the all-to-all's bytes between nodes (node-limited)
+    ep_remote_scale: np.ndarray   # share of the all-to-all's bytes between nodes (DeepEP/HybridEP)
     ep_nvlink_share: np.ndarray   # share of NVLink's rate the dispatcher's kernel reaches
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0

@@ -89,7 +89,7 @@ def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
     apart (the expert group: ``ep`` ranks ``etp`` apart, ``placement.groups``), from what
     every member must move over links of its own: at least ``(n-1)/n`` of its buffer times
     the share between nodes (``remote_scale`` ``r`` <= 1 of the per-pair bytes where the
-    router is node-limited) through all its links at once (``egress_rate_cap``); and where
+    dispatcher deduplicates per node) through all its links at once (``egress_rate_cap``); and where
     the groups are laid out alike on every node (``select.strided_layout``: ``k`` members on
     each of ``nodes`` nodes, at the same local indices), the ``(k-1)/n`` of it bound for its
     node peers over its node-fabric link and the ``(n-k)/n·r`` bound for other nodes over
