@@ -253,12 +253,12 @@ def test_alltoall_sends_one_copy_per_expert_whatever_the_groups():
 
 def test_grouped_routing_copies_between_nodes_enumerated():
     """Exact enumeration of a toy group-limited router (8 experts, 4 groups = 4 nodes of one
-    rank each, 2 groups per token, top-2, uniform): the mean copies a per-expert dispatcher
+    rank each, 2 groups per token, top-3, uniform): the mean copies a per-expert dispatcher
     sends off the token's node are ``k(N-1)/N``, as without groups (``alltoall``'s remote
     scale 1), while the distinct remote nodes a once-per-node dispatcher reaches are
     ``(N-1)·P_node`` of ``expert_hit_probability`` with the groups."""
     from itertools import combinations
-    E, G, M, k = 8, 4, 2, 2
+    E, G, M, k = 8, 4, 2, 3
     size = E // G
     copies, nodes, cases = 0, 0, 0
     for groups in combinations(range(G), M):
