@@ -369,35 +369,6 @@ def attn_bias_add_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> tupl
     return tuple((x * elems)[()] for x in ATTN_BIAS_ADD_BYTES)
 
 
-#: HBM bytes per element of q, k and v of the ``cat`` that the backward of a fused QKV
-#: projection's split runs (autograd's ``split_with_sizes_backward``, or Transformer Engine's
-#: ``SplitAlongDim.backward`` when its gradients are not one buffer's slices,
-#: ``variants.qkv_split_is_view``): it reads each 16-bit gradient and writes the fused one, 2 + 2.
-QKV_SPLIT_CAT_BYTES = 4.0
-#: Kernels of that ``cat``: one, in the backward.
-QKV_SPLIT_CAT_KERNELS = 1
-
-
-def has_fused_qkv_split(m: ModelSpec) -> bool:
-    """Whether ``m``'s attention projects q, k and v in one fused GEMM whose output the stack
-    splits (``qkv_split_cat_bytes``): not MLA's down/up projections nor DeepSeek-V4's
-    attention, whose splits are not modelled."""
-    return not (m.is_mla or m.is_dsv4)
-
-
-def qkv_split_cat_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
-    """HBM bytes per GPU of the backward ``cat`` of a layer's q, k and v gradients
-    (``QKV_SPLIT_CAT_BYTES`` per element of ``(a + 2g)·d / t`` per token, the heads split
-    over tensor parallelism and the whole sequence on each rank, times the attention blocks
-    per layer, ``attention_share``); the caller decides whether the stack runs it. 0 without
-    a fused QKV split (``has_fused_qkv_split``). Vectorised."""
-    if not has_fused_qkv_split(m):
-        return (0.0 * np.asarray(tp, dtype=float))[()]
-    width = (m.num_attention_heads + 2 * m.kv_heads) * m.head_dim * m.attention_share
-    return np.asarray(QKV_SPLIT_CAT_BYTES * tokens_per_gpu(b, m.seq_length, cp) * width / tp,
-                      dtype=float)[()]
-
-
 def eager_variant_kernels(m: ModelSpec, rope: bool = True) -> tuple[float, float]:
     """Kernels ``(forward, backward)`` the mean layer adds with the eager clamp
     (``CLAMP_KERNELS`` on the MoE layers' share) and the unfused RoPE (``ROPE_UNFUSED_KERNELS``

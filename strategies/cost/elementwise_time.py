@@ -18,7 +18,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
 from strategies.stacks.profile import FrameworkProfile
-from strategies.stacks.variants import qkv_split_is_view, runs_eager_clamp, runs_gpt_oss_bridge
+from strategies.stacks.variants import runs_eager_clamp, runs_gpt_oss_bridge
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 
@@ -146,23 +146,3 @@ def attn_bias_add_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU
     hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
     kf, kb = elementwise_bytes.ATTN_BIAS_ADD_KERNELS
     return f / hbm + kf * gap, bw / hbm + kb * gap
-
-
-def qkv_split_cat_time(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
-                       fw: FrameworkProfile = DEFAULT,
-                       system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Backward seconds per layer and micro-batch of the ``cat`` of q, k and v's gradients
-    behind the stack's split of its fused QKV output (``fw.qkv_split``):
-    ``elementwise_bytes.qkv_split_cat_bytes`` over the usable HBM bandwidth plus a launch gap
-    per kernel (``elementwise_bytes.QKV_SPLIT_CAT_KERNELS``), where the split's backward is
-    not a view (``variants.qkv_split_is_view``); 0 on a stack or model with no such split
-    (``elementwise_bytes.has_fused_qkv_split``). The forward split is views.
-    docs/calibration.md §5.167."""
-    z = 0.0 * np.asarray(b, dtype=float) * np.asarray(tp, dtype=float)
-    if not (fw.qkv_split and elementwise_bytes.has_fused_qkv_split(m)):
-        return z[()]
-    on = np.logical_not(qkv_split_is_view(m, fw, gpu, flash, cp))
-    t = elementwise_bytes.qkv_split_cat_bytes(m, b, tp, cp) / usable_hbm(gpu, system) \
-        + elementwise_bytes.QKV_SPLIT_CAT_KERNELS * measured.launch_gap(gpu, fw.launch_gap_s)
-    return (z + on * t)[()]
-

@@ -33,8 +33,8 @@ MLA_DOWN_PROJS = ("replicated", "column")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")
-#: ``FrameworkProfile.qkv_split``: no fused QKV split modelled, ``torch.split``, Transformer
-#: Engine's ``SplitAlongDim``
+#: ``FrameworkProfile.qkv_split``: no fused QKV split modelled, ``torch.split``, Megatron-Core's
+#: with Transformer Engine (``strategies.cost.qkv_split``)
 QKV_SPLITS = ("", "torch", "te")
 #: the stacks' elementwise kernels (``FrameworkProfile.elementwise_kernels``)
 ELEMENTWISE_KERNELS = ("fused", "eager", "compiled", "eager_te", "eager_flex")

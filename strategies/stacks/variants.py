@@ -153,44 +153,6 @@ def runs_gpt_oss_bridge(m: "ModelSpec", fw: FrameworkProfile) -> bool:
                 and m.activation_clamp is not None)
 
 
-#: the last Transformer Engine release whose ``transformer_engine.pytorch.attention`` defines
-#: ``_SplitAlongDim``, the name Megatron-Core imports (``extensions/transformer_engine.py``
-#: core_v0.12.0-v0.18.0, ``custom_layers/transformer_engine.py`` core_r0.8.0): v2.2's
-#: ``attention.py`` L3631; v2.3 made ``attention`` a package exporting four other names
-#: (``attention/__init__.py`` L7-10) and moved the class to ``utils.SplitAlongDim``, so from
-#: v2.3 the import fails and Megatron-Core splits with ``torch.split``
-TE_LAST_SPLIT_ALONG_DIM = (2, 2)
-
-
-def qkv_split_is_view(m: "ModelSpec", fw: FrameworkProfile, gpu: "GPU", flash: Any,
-                      cp: Any) -> Any:
-    """Whether the backward of stack ``fw``'s split of the fused QKV output into q, k and v
-    returns a view of the incoming gradients, not their ``cat`` (bool, vectorised over
-    ``flash`` and ``cp``). Only Transformer Engine's ``SplitAlongDim`` ever does
-    (``fw.qkv_split == "te"``; ``torch.split``'s autograd backward always ``cat``s): its
-    backward (TE v1.8-v2.2 ``attention.py``, v2.16 ``utils.py`` L400-427) returns a view when
-    every gradient has the first one's strides and storage, its own shape and the storage
-    offset of its slice. That holds where TE's fused attention allocates dq, dk, dv as
-    slices of one ``dQKV`` buffer: the ``sbh3d`` layout (``get_qkv_layout``: one storage,
-    equal strides and shapes, offsets ``0, d, 2d``; ``fused_attn_bwd``'s ``NVTE_H3D`` case,
-    v1.8 ``csrc/extensions/attention.cu`` L938, v2.9 ``attention.cpp`` L374-388), i.e. q, k,
-    v the split's untouched views: multi-head attention (``g = a``, q's reshape a view), no
-    RoPE and no q/k norm (each writes a fresh q and k); cuDNN's kernel chosen (FlashAttention
-    is preferred below Hopper, ``get_attention_backend`` "FusedAttention preference on
-    Hopper+", and allocates three gradients: ``fp8`` in the chip's peak table stands for
-    sm 90+, as ``attention_grid.kernels``); no context parallelism (TE's CP functions
-    allocate their own gradients); and a TE release that still exports the class
-    (``TE_LAST_SPLIT_ALONG_DIM``; ``te_version`` None is the newest releases' rule). False
-    otherwise: a ``cat`` (docs/calibration.md §5.167)."""
-    te = fw.te_version
-    shape = np.broadcast(np.asarray(flash), np.asarray(cp)).shape
-    if (fw.qkv_split != "te" or te is None or tuple(te) > TE_LAST_SPLIT_ALONG_DIM
-            or m.kv_heads != m.num_attention_heads or m.position_embedding == "rope"
-            or m.qk_norm or gpu.vendor != "nvidia" or "fp8" not in gpu.peak_flops):
-        return np.zeros(shape, dtype=bool)[()]
-    return (np.asarray(flash, dtype=bool) & (np.asarray(cp) == 1))[()]
-
-
 TORCHTITAN_COMPILE = compiled(TORCHTITAN)
 
 
