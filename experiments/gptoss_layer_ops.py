@@ -30,6 +30,7 @@ from strategies.cost.attention_time import attention_time_fwd  # noqa: E402
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, units_time_bwd,  # noqa: E402
                                        units_time_fwd, whole_split)
 from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
+from strategies.cost.qkv_split import qkv_split_time  # noqa: E402
 from strategies.cost.quant_scope import scope_formats  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.cost.token_counts import tokens_per_gpu  # noqa: E402
@@ -84,6 +85,7 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
     sync = moe_time.moe_sync_time(m, fw, g, code, p.moe_pad_to_capacity)
     geglu = moe_time.geglu_sync_time(m, fw, g)
     u_f, u_b = et.attn_bias_add_time(m, b, tp, cp, sp, g, fw, sy)
+    qs_f, qs_b = qkv_split_time(m, b, tp, cp, p.flash_attn, g, fw, sy)
     host_f, host_b = moe_time.moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=g, dtype=dtype,
                                             fw=fw, system=sy, etp=etp, load=load,
                                             permute=(perm_f, perm_b), bias=(bias_f, bias_b))
@@ -94,8 +96,14 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
          f"{TE} module/layernorm_linear.py", "norm_bytes_fwd", norm, 2 * norm, "priced"),
         ("QKV GEMM, its bias in cuBLASLt's BIAS / BGRADB epilogue",
          f"{TE} common/gemm/cublaslt_gemm.cu L665-670", "GEMM (attn, qkv)", *qkv, "priced"),
-        ("split q/k/v and reshape q (views)", f"{MC} transformer/attention.py L1469-1474", "-",
-         0.0, 0.0, "view"),
+        ("split q/k/v (views)", f"{MC} transformer/attention.py L1469", "-", 0.0, 0.0,
+         "view"),
+        ("q's reshape (a copy at g/t > 1) and TE's contiguous() of v (no layout matches)",
+         f"{MC} transformer/attention.py L1474; {TE} attention/dot_product_attention/utils.py "
+         "L2054-2055", "qkv_split_time (forward)", qs_f, 0.0, "§5.167"),
+        ("backward of torch.split (TE 2.14 has no _SplitAlongDim): a cat of dq, dk, dv",
+         f"PyTorch split_with_sizes_backward (at::cat); {MC} extensions/transformer_engine.py",
+         "qkv_split_time (backward)", 0.0, qs_b, "§5.167"),
         ("YaRN RoPE, unfused (mscale != 1) on q and k",
          f"{MC} models/common/embeddings/rope_utils.py L92-126",
          "rope fused + ROPE_UNFUSED_BYTES", rope_fused + rope_f, 2 * rope_fused + rope_b,
@@ -156,7 +164,8 @@ def layer_ops(job, ep_comm: float = 0.0) -> tuple[list[tuple], dict]:
         ("host issue of the expert path over its GPU time", "§5.6", "moe_host_time", host_f,
          host_b, "priced"),
     ]
-    return rows, {"geglu": geglu, "bias_add": (u_f, u_b), "split_cat": cat}
+    return rows, {"geglu": geglu, "bias_add": (u_f, u_b), "split_cat": cat,
+                  "qkv_split": (qs_f, qs_b)}
 
 
 def main() -> None:

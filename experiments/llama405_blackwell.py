@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import attention_time, elementwise_bytes, elementwise_time  # noqa: E402
 from strategies.cost import flop_counts, gemm_shapes, gemm_time, grad_time, hbm_rate  # noqa: E402
-from strategies.cost import layer_time, overlap_clock  # noqa: E402
+from strategies.cost import layer_time, overlap_clock, qkv_split  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import Case, case_from_entry, load_reference  # noqa: E402
 
@@ -79,7 +79,10 @@ def layer_parts(job) -> dict[str, float]:
                                slow=slow, shard=shard, system=sy)
     return {"gemm": slow * (gemm_time.units_time_fwd(n, units)
                             + gemm_time.units_time_bwd(n, units)[0]),
-            "attention": a_f + a_b, "casts": c_f + c_b, "elementwise": 3 * e,
+            "attention": a_f + a_b, "casts": c_f + c_b,
+            # and the QKV split's copies and backward cat (§5.167)
+            "elementwise": 3 * e + sum(qkv_split.qkv_split_time(m, P.mbs, P.tp, P.cp,
+                                                                P.flash_attn, gpu, fw, sy)),
             "launch": 3 * elementwise_time.launch_time(fw, gpu=gpu),
             "accumulation": float(lt.wgrad - slow * gemm_time.units_time_bwd(n, units)[1]),
             "total": float(lt.fwd + lt.bwd),

@@ -56,6 +56,7 @@ from strategies.cost.grad_time import (bf16_optimizer_launch_time,  # noqa: E402
                                        gather_copy_out_time, grad_accum_time,
                                        sharded_grad_pass_time)
 from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
+from strategies.cost.qkv_split import qkv_split_time  # noqa: E402
 from strategies.cost.stage.inputs import stage_inputs  # noqa: E402
 from strategies.cost.stage.layers import layer_times  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -151,10 +152,12 @@ def layer_parts(job: Job) -> LayerParts:
     def scalar(x) -> float:          # the one plan's entry of a broadcast column
         return float(np.asarray(x, dtype=float).reshape(-1)[0])
 
-    fwd = {"gemm": scalar(g_f), "attention": scalar(a_f), "elementwise": scalar(e_plain + c_f),
+    qs_f, qs_b = qkv_split_time(m, b, tp, cp, P.flash_attn, gpu, fw, sy)    # §5.167
+    fwd = {"gemm": scalar(g_f), "attention": scalar(a_f),
+           "elementwise": scalar(e_plain + c_f + qs_f),
            "gaps": scalar(gap), "grad_accum": 0.0, "z3_copy_out": scalar(gco)}
     bwd = {"gemm": scalar(slow * g_b), "attention": scalar(a_b),
-           "elementwise": scalar(2 * e_plain + c_b), "gaps": scalar(2 * gap),
+           "elementwise": scalar(2 * e_plain + c_b + qs_b), "gaps": scalar(2 * gap),
            "grad_accum": scalar(acc), "z3_copy_out": scalar(gco)}
     fwd["rest"] = scalar(total.fwd) - sum(fwd.values())
     bwd["rest"] = scalar(total.bwd) - sum(bwd.values())

@@ -86,7 +86,9 @@ def test_row_record_error_and_shares(rows):
     comp = e.breakdown_s["compute"]
     closed = e.step_time_s - comp + comp * r["factor"]
     assert closed == pytest.approx(c.measured_step_s, rel=1e-12)
-    assert r["factor"] > 1.15          # the row is too fast: its compute would need > 15 % more
+    # the row is too fast: its compute would need > 14 % more (1.149 with §5.167's QKV-split
+    # copies and cat, 1.15+ before)
+    assert r["factor"] > 1.14
 
 
 def test_deterministic(rows):

@@ -94,9 +94,10 @@ def _ds_job(blocking: bool, pp: int = 4, gbs: int = 32):
 
 def test_launch_blocking_charges_each_kernel_boundary():
     """Per layer and micro-batch: k boundaries forward, k recomputed, 2k backward and, in bf16,
-    the BF16_Optimizer's 2T (a cast and an add per parameter tensor), each costing
-    SYNC - async more."""
+    the BF16_Optimizer's 2T (a cast and an add per parameter tensor) and the QKV split's
+    backward ``cat`` (``qkv_split.CAT_KERNELS``, §5.167), each costing SYNC - async more."""
     from strategies.cost.param_counts import layer_param_tensors
+    from strategies.cost.qkv_split import CAT_KERNELS
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     a, b = stage_costs(_ds_job(False)), stage_costs(_ds_job(True))
     k = get_profile("megatron-deepspeed").kernels_per_layer
@@ -104,23 +105,26 @@ def test_launch_blocking_charges_each_kernel_boundary():
     dg = SYNC_LAUNCH_GAP_S - get_profile("megatron-deepspeed").launch_gap_s
     assert b.layer_fwd - a.layer_fwd == pytest.approx(k * dg, rel=1e-9)
     assert b.layer_recompute - a.layer_recompute == pytest.approx(k * dg, rel=1e-9)
-    assert b.layer_bwd - a.layer_bwd == pytest.approx((2 * k + 2 * T) * dg, rel=1e-9)
+    assert b.layer_bwd - a.layer_bwd == pytest.approx((2 * k + 2 * T + CAT_KERNELS) * dg,
+                                                      rel=1e-9)
 
 
 @pytest.mark.parametrize("pp,gbs", [(2, 16), (4, 32)])
 def test_launch_blocking_adds_its_closed_form_to_the_step(pp, gbs):
     """A balanced DeepSpeed 1F1B (TrainSchedule) pays the extra gap on every boundary of its
-    critical path: (m + pp - 1) slots x L/pp layers x (4k + 2T) boundaries (forward,
-    recomputed forward, backward; the BF16_Optimizer's cast and add per parameter tensor), in
-    the estimate and in the simulation with free communication."""
+    critical path: (m + pp - 1) slots x L/pp layers x (4k + 2T + 1) boundaries (forward,
+    recomputed forward, backward; the BF16_Optimizer's cast and add per parameter tensor; the
+    QKV split's backward cat, §5.167), in the estimate and in the simulation with free
+    communication."""
     from strategies.cost.param_counts import layer_param_tensors
+    from strategies.cost.qkv_split import CAT_KERNELS
     from strategies.estimate.scalar import estimate
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     from simulator.simulate import simulate
     fw = get_profile("megatron-deepspeed")
     a, b = _ds_job(False, pp, gbs), _ds_job(True, pp, gbs)
     m, L = a.num_microbatches, a.model.num_layers // pp
-    n = 4 * fw.kernels_per_layer + 2 * len(layer_param_tensors(a.model))
+    n = 4 * fw.kernels_per_layer + 2 * len(layer_param_tensors(a.model)) + CAT_KERNELS
     closed = (m + pp - 1) * L * n * (SYNC_LAUNCH_GAP_S - fw.launch_gap_s)
     sim = [simulate(j, free_comm=True, costs=_balanced(j)).step_time_s for j in (a, b)]
     assert sim[1] - sim[0] == pytest.approx(closed, rel=1e-9)

@@ -9,7 +9,7 @@ import pytest
 
 from strategies.cost import attention_time, elementwise_bytes, elementwise_time, gemm_time
 from strategies.cost import grad_time, hbm_rate, layer_time, overlap_clock, param_counts
-from strategies.cost import quantise
+from strategies.cost import qkv_split, quantise
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.job import make_job
 from strategies.memory.scalar import memory_components
@@ -98,8 +98,9 @@ def test_layer_time_adds_the_casts_to_forward_and_backward():
     c_f, c_b = elementwise_time.cast_time(m, 1, 2, 1, True, gpu, "fp8-current")
     acc = grad_time.grad_accum_time(param_counts.layer_params_per_gpu(m, 2, 1), gpu, "fp8-current")
     launch = elementwise_time.launch_time(gpu=gpu)
-    assert lt.fwd == pytest.approx(g_f + a_f + e + c_f + launch, rel=1e-13)
-    assert lt.bwd == pytest.approx(g_b + a_b + 2 * e + c_b + acc + 2 * launch, rel=1e-13)
+    q_f, q_b = qkv_split.qkv_split_time(m, 1, 2, 1, True, gpu)     # §5.167
+    assert lt.fwd == pytest.approx(g_f + a_f + e + c_f + launch + q_f, rel=1e-13)
+    assert lt.bwd == pytest.approx(g_b + a_b + 2 * e + c_b + acc + 2 * launch + q_b, rel=1e-13)
 
 
 def _job(dtype, plan="tp=2,pp=2,dp=2,mbs=1,gbs=16,sp=true", cluster="dgx-h100"):

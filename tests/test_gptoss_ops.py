@@ -167,7 +167,12 @@ def test_layer_ops_table_reads_the_terms():
     job = case_from_entry(rows[glo.ROW]).job
     ops, tot = glo.layer_ops(job)
     assert all(src for _, src, *_ in ops)
-    assert {state for *_, state in ops} <= {"priced", "§5.163", "view", "host", "sized"}
+    assert {state for *_, state in ops} <= {"priced", "§5.163", "§5.167", "view", "host",
+                                            "sized"}
+    # §5.167's rows carry qkv_split_time's own (forward, backward)
+    qs = [(f, b) for _, _, _, f, b, state in ops if state == "§5.167"]
+    assert (qs[0][0], qs[1][1]) == tot["qkv_split"] and qs[0][1] == qs[1][0] == 0.0
+    assert min(tot["qkv_split"]) > 0
     new = [(f, b) for _, _, _, f, b, state in ops if state == "§5.163"]
     p, g, fw = job.plan, job.cluster.gpu, job.framework
     assert new[:2] == [elementwise_time.attn_bias_add_time(GPT_OSS, p.mbs, p.tp, p.cp, p.sp,

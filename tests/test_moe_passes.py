@@ -10,7 +10,8 @@ import pytest
 
 from strategies.cost import comm as cm
 from strategies.cost import attention_time, elementwise_bytes, elementwise_time, ep_dispatch
-from strategies.cost import gemm_time, hbm_rate, layer_time, moe_bytes, moe_time
+from strategies.cost import gemm_time, hbm_rate, layer_time, measured, moe_bytes, moe_time
+from strategies.cost import qkv_split
 from strategies.cost.stage import stage_costs
 from strategies.framework import get_profile
 from strategies.job import make_job
@@ -92,18 +93,22 @@ def test_layer_time_adds_exactly_the_passes_and_the_sync():
         t = layer_time.layer_time(m, dispatcher=code, dedup=0.5, **kw)
         pf, pb = moe_time.moe_permute_time(m, B, TP, CP, 8, g, 1.0, code, 0.5)
         assert pf > 0
+        # the copies around the fused QKV's split and its backward cat (§5.167)
+        qs = qkv_split.qkv_split_time(m, B, TP, CP, True, g, fw)
+        gap = measured.launch_gap(g, fw.launch_gap_s)
         base = (gemm_time.gemm_time_fwd(m, B, TP, CP, 8, g, "bf16")
                 + attention_time.attention_time_fwd(m, B, TP, CP, True, g, 1.0, fw)[0]
                 + elementwise_bytes.elementwise_bytes_fwd(m, B, TP, CP, False)
                 / hbm_rate.usable_hbm(g)
-                + elementwise_time.launch_time(fw, gpu=g))
+                + elementwise_time.launch_time(fw, gpu=g) + qs[0])
         assert t.fwd == pytest.approx(base + pf + moe_time.moe_sync_time(m, fw, g, code), rel=1e-12)
         t0 = layer_time.layer_time(m, dispatcher=code, dedup=0.5,
                                    fw=dataclasses.replace(fw, launch_gap_s=0.0), **kw)
-        assert t.bwd - t0.bwd == pytest.approx(2 * elementwise_time.launch_time(fw, gpu=g),
-                                               rel=1e-9)
-        assert t.fwd - t0.fwd == pytest.approx(elementwise_time.launch_time(fw, gpu=g)
-                                               + fw.launch_gap_s, rel=1e-9)
+        assert t.bwd - t0.bwd == pytest.approx(2 * elementwise_time.launch_time(fw, gpu=g)
+                                               + qkv_split.CAT_KERNELS * gap, rel=1e-9)
+        assert t.fwd - t0.fwd == pytest.approx(
+            elementwise_time.launch_time(fw, gpu=g) + fw.launch_gap_s
+            + qkv_split.qkv_layout_copies(m, TP)[1] * gap, rel=1e-9)
     a2a = layer_time.layer_time(m, dispatcher=0, **kw)
     deep = layer_time.layer_time(m, dispatcher=1, dedup=0.5, **kw)
     assert a2a.bwd - deep.bwd == pytest.approx(
@@ -124,7 +129,8 @@ def test_dense_model_unchanged():
     parts = (gemm_time.gemm_time_fwd(m, 2, 2, 1, 1, g, "bf16")
              + attention_time.attention_time_fwd(m, 2, 2, 1, True, g, 1.0, fw)[0]
              + elementwise_bytes.elementwise_bytes_fwd(m, 2, 2, 1, True) / hbm_rate.usable_hbm(g)
-             + elementwise_time.launch_time(fw, gpu=g))
+             + elementwise_time.launch_time(fw, gpu=g)
+             + qkv_split.qkv_split_time(m, 2, 2, 1, True, g, fw)[0])     # §5.167
     assert times[0].fwd == pytest.approx(parts, rel=1e-12)
 
 

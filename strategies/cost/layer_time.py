@@ -17,6 +17,7 @@ from strategies.cost import recompute as rcp
 from strategies.cost.attention_time import attention_time_fwd
 from strategies.cost.elementwise_time import (attn_bias_add_time, cast_time, eager_variant_time,
                                               launch_time, tp_layout_copy_time)
+from strategies.cost.qkv_split import qkv_split_time
 from strategies.cost.quant_scope import scope_formats
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd, units_time_bwd,
                                        units_time_fwd, whole_split)
@@ -284,6 +285,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # gpt-oss's attention-output bias add, unfused in Megatron-Core (§5.163)
     u_f, u_b = attn_bias_add_time(m, b, tp, cp, sp, gpu, fw, system)
     v_f, v_b = v_f + u_f, v_b + u_b
+    # the copies of q, k, v around the fused QKV's split and its backward cat (§5.167)
+    qs_f, qs_b = qkv_split_time(m, b, tp, cp, flash, gpu, fw, system)
+    v_f, v_b = v_f + qs_f, v_b + qs_b
     # the dispatcher's synchronisation and gpt-oss's activation's, each a queue drain
     sync = (moe_sync_time(m, fw, gpu, dispatcher, pad) + geglu_sync_time(m, fw, gpu)) \
         * np.logical_not(graphed)

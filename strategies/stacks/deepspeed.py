@@ -46,6 +46,9 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     # (copy_to_tensor_model_parallel_region; bigscience-workshop/Megatron-DeepSpeed)
     dgrad_overlap="none",
     tp_end_collectives=True,   # §5.88
+    # ParallelAttention splits with mpu.split_tensor_along_last_dim, torch.split
+    # (bigscience-workshop/Megatron-DeepSpeed megatron/model/transformer.py L229; §5.167)
+    qkv_split="torch",
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",), bf16_optimizer=True, grad_in_param_dtype=True,
     zero_buffers="deepspeed", zero1_grad_reduce="allreduce", loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,

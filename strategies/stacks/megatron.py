@@ -32,6 +32,7 @@ MEGATRON_LM_2021 = FrameworkProfile(
     # gradient; Narayanan et al.'s April 2021 code all-reduced it blocking
     dgrad_overlap="sp",
     tp_end_collectives=True,   # §5.88
+    qkv_split="torch",         # mpu.split_tensor_along_last_dim: torch.split (§5.167)
     precisions=("fp16", "bf16"),
     precision_source="Megatron-LM v2-v3 --fp16 / --bf16 (megatron/arguments.py, apex "
                      "mixed precision with megatron/optimizer's loss scaler)",
@@ -104,6 +105,7 @@ MEGATRON_CORE = FrameworkProfile(
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True, te_linears=True,                 # §5.113
     mlp_act_casts=True,                                      # §5.118
+    qkv_split="te",                                          # §5.167
     unfused_mask_bytes=TE_CAUSAL_MASK_BYTES,                 # §5.135
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY, tp_end_collectives=True,   # §5.88

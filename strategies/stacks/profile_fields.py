@@ -33,6 +33,9 @@ MLA_DOWN_PROJS = ("replicated", "column")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")
+#: ``FrameworkProfile.qkv_split``: no fused QKV split modelled, ``torch.split``, Megatron-Core's
+#: with Transformer Engine (``strategies.cost.qkv_split``)
+QKV_SPLITS = ("", "torch", "te")
 #: the stacks' elementwise kernels (``FrameworkProfile.elementwise_kernels``)
 ELEMENTWISE_KERNELS = ("fused", "eager", "compiled", "eager_te", "eager_flex")
 #: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
@@ -62,7 +65,7 @@ _CHOICES = (("tp_overlap", TP_OVERLAP_IMPLS), ("tp_overlap_without_sp", TP_OVERL
             ("cp_impl", CP_IMPLS), ("elementwise_kernels", ELEMENTWISE_KERNELS),
             ("zero3_gather", ZERO3_GATHERS), ("dgrad_overlap", DGRAD_OVERLAPS),
             ("zero_buffers", ZERO_BUFFERS), ("zero1_grad_reduce", ZERO1_GRAD_REDUCES),
-            ("mla_down_proj", MLA_DOWN_PROJS))
+            ("mla_down_proj", MLA_DOWN_PROJS), ("qkv_split", QKV_SPLITS))
 
 
 def check_profile(fw: "FrameworkProfile") -> None:

@@ -68,6 +68,15 @@ class StackKernels:
     #: own GEMMs and the sum of their input gradients (``strategies.cost.split_projections``;
     #: docs/calibration.md §5.142)
     separate_projections: bool = False
+    #: how the stack splits its fused QKV projection's output into q, k and v, hence the
+    #: copies and the backward ``cat`` around it (``strategies.cost.qkv_split``;
+    #: docs/calibration.md §5.167): ``""`` no fused QKV split modelled, ``"torch"``
+    #: ``torch.split`` (Megatron-LM's and Megatron-DeepSpeed's ``split_tensor_along_last_dim``:
+    #: autograd's split backward always ``cat``s), ``"te"`` Megatron-Core's with Transformer
+    #: Engine (``SplitAlongDim`` to TE 2.2, a view where the gradients are one buffer's slices,
+    #: ``qkv_split.qkv_split_is_view``; ``torch.split`` from 2.3; TE's attention's layout
+    #: copies in the forward)
+    qkv_split: str = ""
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
