@@ -2,7 +2,7 @@
 (``quantise.expert_quantise_kernels``, ``moe_time.expert_quantise_time``; docs/calibration.md
 §5.59): ``split_quantize`` runs one fused cast-transpose over every local expert for
 delayed-scaling fp8, and ``n`` kernels per expert otherwise (current scaling 3: amax, scale,
-cast). Closed forms to floating-point precision; delayed scaling, 16 bits, dense models and
+cast; block scaling and MXFP8 1, docs/calibration.md §5.171). Closed forms to floating-point precision; delayed scaling, 16 bits, dense models and
 stacks without ``GroupedLinear`` unchanged bit for bit; the estimate's and the simulator's
 stage record carry the same seconds."""
 from dataclasses import replace
@@ -45,7 +45,7 @@ def test_kernels_of_E_experts_are_E_times_one_experts_less_the_fused_launch():
 
 
 def test_delayed_bf16_dense_and_fused_stacks_add_nothing():
-    for dtype in ("fp8", "fp8-delayed", "bf16", "mxfp8", "nvfp4"):
+    for dtype in ("fp8", "fp8-delayed", "bf16", "nvfp4"):
         assert quantise.expert_quantise_kernels(QWEN, 8, dtype, True) == (0.0, 0.0)
     assert quantise.expert_quantise_kernels(QWEN, 8, "fp8-current", False) == (0.0, 0.0)
     dense = model_preset("llama3-8b")
@@ -96,4 +96,43 @@ def test_stage_record_and_simulation_read_the_rule():
     finally:
         quantise.SPLIT_QUANTIZE_KERNELS.update(saved)
     assert float(on_sc.layer_fwd - off_sc.layer_fwd) == pytest.approx(k_f * gap, rel=1e-6)
+    assert on_sim > off_sim
+
+
+def test_mxfp8_quantises_each_split_with_one_kernel():
+    """TE <= 2.16 ``split_quantize`` over MXFP8 quantisers: bulk allocation, then one
+    ``nvte_quantize_v2`` per split (row- and column-wise from the one kernel), so a cast
+    over ``k`` local experts launches ``k`` kernels, ``k - 1`` beyond the fused count."""
+    assert quantise.SPLIT_QUANTIZE_KERNELS["mxfp8"] == 1
+    ep = np.array([1, 2, 8, 16, 128])
+    f, b = quantise.expert_quantise_kernels(QWEN, ep, "mxfp8", True)
+    want = 2 * (128 / ep - 1)
+    np.testing.assert_array_equal(f, want)
+    np.testing.assert_array_equal(b, want)
+    assert quantise.expert_quantise_kernels(QWEN, 128, "mxfp8", True) == (0.0, 0.0)
+    assert quantise.expert_quantise_kernels(QWEN, 8, "mxfp8", False) == (0.0, 0.0)
+    gpu, nemo = get_gpu("B200"), get_profile("nemo")
+    gap = measured.launch_gap(gpu, nemo.launch_gap_s)
+    t_f, t_b = moe_time.expert_quantise_time(QWEN, 8, gpu, "mxfp8", nemo)
+    assert t_f == pytest.approx(30 * gap, rel=1e-15)       # 16 local experts: 2 x 15
+    assert t_b == pytest.approx(30 * gap, rel=1e-15)
+
+
+def test_mxfp8_stage_record_and_simulation_move_together():
+    m = replace(QWEN, name="qwen3-4l", num_layers=4)
+    job = make_job(m, cluster_preset("dgx-b200", 1),
+                   Plan(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=16, moe_dispatcher="hybridep"),
+                   dtype="mxfp8", framework="nemo")
+    gap = measured.launch_gap(job.cluster.gpu, job.framework.launch_gap_s)
+    k_f, k_b = quantise.expert_quantise_kernels(m, 8, "mxfp8", True)
+    on_sc, on_sim = stage_costs(job), simulate(job).step_time_s
+    saved = dict(quantise.SPLIT_QUANTIZE_KERNELS)
+    try:
+        del quantise.SPLIT_QUANTIZE_KERNELS["mxfp8"]
+        off_sc, off_sim = stage_costs(job), simulate(job).step_time_s
+    finally:
+        quantise.SPLIT_QUANTIZE_KERNELS.clear()
+        quantise.SPLIT_QUANTIZE_KERNELS.update(saved)
+    assert float(on_sc.layer_fwd - off_sc.layer_fwd) == pytest.approx(k_f * gap, rel=1e-6)
+    assert float(on_sc.layer_bwd - off_sc.layer_bwd) == pytest.approx(k_b * gap, rel=1e-6)
     assert on_sim > off_sim

@@ -71,13 +71,20 @@ sources alike) launches one fused ``nvte_multi_cast_transpose`` for all ``k`` sp
 when every quantiser is delayed-scaling fp8 (``Float8Quantizer``) with both copies; any
 other recipe quantises the splits one at a time: per-tensor current scaling three kernels
 per split (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax``,
-``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``), fp8 block scaling one
-(``nvte_quantize_v2``, into a bulk allocation). The launches beyond the single one of the
+``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``), fp8 block scaling and MXFP8 one
+each (``nvte_quantize_v2`` into a bulk allocation: ``split_quantize``'s ``BULK_MXFP8``
+allocates the splits together and quantises them in the ``UNFUSED`` loop; the row- and
+column-wise copies come from the one kernel, ``MXFP8Quantizer::quantize``, TE v2.9, v2.14 and
+v2.16, the 25.11, 26.04 and 26.06 containers'). The launches beyond the single one of the
 fused path are each a kernel boundary the GPU idles at (``moe_time.expert_quantise_time``).
-MXFP8 is left out: the 2026 sources add a grouped MXFP8 quantise kernel
-(``common/cast/dispatch/quantize_grouped.cuh``, ``mxfp8::quantize_grouped``), and which path
-each container's ``GroupedLinear`` takes is not read; nvfp4 has a grouped path of its own
-(``split_quantize_nvfp4_impl``).
+TE's grouped MXFP8 quantise (``tex.group_quantize``, the cuBLASLt grouped GEMM's input) is
+taken by ``GroupedLinear`` only when asked (TE v2.17-v2.18
+``_is_grouped_tensor_path_supported``: ``NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM``,
+default ``"0"``; later the module's ``use_grouped_tensor``, default the same variable's
+value), which no recipe read sets, and by the fused grouped MLP, which has no
+``GroupedLinear`` casts (``routed_unfused`` false). NVFP4 is left out: its ``split_quantize``
+runs one fused kernel for all splits (``split_quantize_nvfp4_impl``) where the inner
+dimension is a multiple of 128 (docs/calibration.md §5.171).
 
 Units: bytes, per GPU. Every function broadcasts over numpy arrays of plan fields.
 """
@@ -263,9 +270,9 @@ def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:
 
 #: kernels TE's ``split_quantize`` launches per local expert for one cast of a grouped
 #: expert GEMM's operand, by precision (module doc, ``multi_tensor_quantize_impl``): absent
-#: from the map, one fused kernel for all experts (delayed-scaling fp8) or not modelled
-#: (mxfp8 and nvfp4, which have grouped paths: module doc)
-SPLIT_QUANTIZE_KERNELS: dict[str, int] = {"fp8-current": 3, "fp8-blockwise": 1}
+#: from the map, one fused kernel for all experts (delayed-scaling fp8, nvfp4's fused split
+#: quantise: module doc)
+SPLIT_QUANTIZE_KERNELS: dict[str, int] = {"fp8-current": 3, "fp8-blockwise": 1, "mxfp8": 1}
 
 
 def expert_quantise_kernels(m: ModelSpec, ep: Num, dtype: str,
@@ -274,8 +281,8 @@ def expert_quantise_kernels(m: ModelSpec, ep: Num, dtype: str,
     per cast, on a stack that runs ``GroupedLinear`` (``routed_unfused``; else 0): per MoE
     layer and pass two casts (forward: fc1's permuted input and fc2's input; backward: fc2's
     and fc1's incoming gradients), each ``n·k - 1`` extra launches for ``k = E/ep`` local
-    experts and ``n = SPLIT_QUANTIZE_KERNELS[dtype]``; 0 for delayed scaling (one fused
-    kernel), 16 bits, a dense model. Times the MoE layers' share. Vectorised."""
+    experts and ``n = SPLIT_QUANTIZE_KERNELS[dtype]``; 0 for delayed scaling and nvfp4 (one
+    fused kernel), 16 bits, a dense model. Times the MoE layers' share. Vectorised."""
     n = SPLIT_QUANTIZE_KERNELS.get(dtype, 0)
     share = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
     if not (routed_unfused and n and share):
