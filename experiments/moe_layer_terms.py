@@ -22,12 +22,18 @@ does not follow shows as the gap between the two.
 Table 3: every 26.04.01 MXFP8 HybridEP MoE row of ``megatron_bridge_2604.json``: the miss per
 MoE layer and micro-batch beside the local experts, the tokens per micro-batch and the host
 CPU: what the miss scales with.
+
+``--by-gpu`` (about a minute) prints instead the mean signed analytic error and the MAPE of
+the MoE and the dense rows by GPU over every reference file but ``published.json``
+(``experiments/reference_mape.py``'s per-row errors; MoE by ``job.model.is_moe``).
 """
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import sys
+from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +43,7 @@ from experiments.calibration_ablation import cost_holders  # noqa: E402
 from experiments.moe_expert_launches import host_cpu  # noqa: E402
 from experiments.moe_residuals import BRIDGE_2604, residual_rows  # noqa: E402
 from experiments.qwen3_h100_residual import parts  # noqa: E402
+from experiments.reference_mape import file_cases  # noqa: E402
 from strategies.cost import layer_time  # noqa: E402
 from strategies.cost.gemm_time import units_time_bwd, units_time_fwd  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
@@ -60,6 +67,9 @@ PAIRS = (("26040 gb300", "26040 b300", "same chip and plan; Grace against x86 ho
          ("26040 gb300", "26040 gb200", "Blackwell Ultra mbs 8 against Blackwell mbs 4"),
          ("2606 gb300", "2606 gb200", "the same, graphed"),
          ("26040 b300", "26040 b200", "x86 both; mbs 8 against mbs 4"))
+#: ``qwen3_h100_residual.parts``' names of its GEMM sum and of the layer's remainder
+GEMMS = "GEMMs (dense + expert; backward data + weight)"
+REST = "norms, activation, residual and gradient accumulation (rest of layer)"
 #: table 1's terms that run at a GPU rate (GEMM, attention, HBM passes), for table 2
 RATE_TERMS = ("attention projections (QKV, output) GEMMs", "router GEMM",
               "routed expert GEMMs (fc1, fc2; fwd + dgrad + wgrad)", "attention (fused kernel)",
@@ -93,9 +103,10 @@ def _entry(path: str, rid: str) -> dict:
     return {e["id"]: e for e in load_reference(DATA + path)}[rid]
 
 
-def gemm_split(entry: dict) -> tuple[float, float, float]:
+def gemm_split(entry: dict) -> tuple[float, float, float, float]:
     """ms ``(attention projections, router, routed experts)`` of the mean layer's GEMMs
-    (forward + backward data and weight gradients) as ``layer_time`` priced them."""
+    (forward + backward data and weight gradients) as ``layer_time`` priced them, ``slow``
+    (the SM-share slowdown, 1 without overlapped communication) included, and ``slow``."""
     job = case_from_entry(entry).job
     with host_args() as seen:
         stage_costs(job)
@@ -110,7 +121,7 @@ def gemm_split(entry: dict) -> tuple[float, float, float]:
     routed = [i for i, (p, g) in enumerate(gemms) if p == "routed_mlp" and g[4] is not None]
     router = [i for i, (p, g) in enumerate(gemms) if p == "routed_mlp" and g[4] is None]
     rest = [i for i in range(len(gemms)) if i not in routed + router]
-    return ms(rest), ms(router), ms(routed)
+    return ms(rest), ms(router), ms(routed), float(np.ravel(slow)[0])
 
 
 def row_terms(path: str, rid: str) -> tuple[list[tuple[str, float]], float, float, dict]:
@@ -120,11 +131,17 @@ def row_terms(path: str, rid: str) -> tuple[list[tuple[str, float]], float, floa
     case = case_from_entry(entry)
     job = case.job
     named, total = parts(entry)
-    proj, router, routed = gemm_split(entry)
+    proj, router, routed, _slow = gemm_split(entry)
+    # ``parts`` records the GEMMs before ``slow`` and leaves the rest in the layer's remainder
+    extra = proj + router + routed - dict(named)[GEMMS]
     out = []
     for k, v in named:
-        if k.startswith("GEMMs"):
+        if k == REST:
+            out.append((k, v - extra))
+        elif k.startswith("GEMMs"):
             out += [(RATE_TERMS[0], proj), (RATE_TERMS[1], router), (RATE_TERMS[2], routed)]
+        elif k.startswith("per-expert quantise launches"):
+            out.append(("per-expert quantise launches (split_quantize)", v))
         else:
             out.append((k, v))
     per = 1e3 * case.measured_step_s / (job.model.num_moe_layers / job.plan.pp) \
@@ -198,7 +215,33 @@ def table3() -> list[tuple]:
     return out
 
 
-def main() -> None:
+def by_gpu() -> dict[tuple[str, str], list[float]]:
+    """``{("moe" | "dense", GPU name): [analytic error %, ...]}`` over the files
+    ``reference_mape`` runs but ``published.json``, printed as a table."""
+    acc: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for f in sorted(glob.glob(DATA + "*.json")):
+        if f.endswith("/published.json") or "schedule_studies" in f:  # as reference_mape
+            continue
+        rows = [c for c in file_cases(f) if not c.get("skipped")]
+        kind = {}
+        for e in load_reference(f):
+            job = case_from_entry(e).job
+            if job is not None:
+                kind[e["id"]] = ("moe" if job.model.is_moe else "dense", job.cluster.gpu.name)
+        for c in rows:
+            if c["id"] in kind:
+                acc[kind[c["id"]]].append(c["analytic_error_pct"])
+    print("| rows | GPU | runs | mean signed error | MAPE |\n|---|---|---|---|---|")
+    for (k, g), v in sorted(acc.items()):
+        print(f"| {k} | {g} | {len(v)} | {sum(v) / len(v):+.1f} % | "
+              f"{sum(abs(x) for x in v) / len(v):.1f} % |")
+    return dict(acc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    if "--by-gpu" in (sys.argv[1:] if argv is None else argv):
+        by_gpu()
+        return
     rows = table1()
     table2(rows)
     table3()
