@@ -1,0 +1,86 @@
+"""Session 22's review fixes: NeMo AutoModel's Mamba-2 mixer saves one ``d_inner`` tensor,
+not Megatron-Core's three (``memory.mixer_saved``), in the scalar and the array memory
+models alike; and the bad-input paths the review found."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from strategies.errors import SpecError
+from strategies.framework import get_profile
+from strategies.job import make_job
+from strategies.memory.arrays import peak_memory_arrays
+from strategies.memory.job_layers import job_layer_activation_bytes
+from strategies.memory.mixer_saved import mixer_saved_delta
+from strategies.memory.scalar import memory_by_stage
+from strategies.plan import parse_plan
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from strategies.search.space_memory import space_memory
+from topologies.cluster import cluster_preset
+
+NANO = "nemotron3-nano-30b-a3b"
+
+
+def _jobs(plan: str):
+    m = model_preset(NANO)
+    am = get_profile("automodel")
+    cl = cluster_preset("dgx-h100", 2)
+    return (m, make_job(m, cl, parse_plan(plan), framework=am),
+            make_job(m, cl, parse_plan(plan), framework=replace(am, mamba_saved_d_inner=3)))
+
+
+def test_automodel_mixer_saves_one_d_inner_tensor_not_three():
+    """AutoModel passes the norm and out_proj into mamba_split_conv1d_scan_combined, which
+    saves zxbcdt and out_x only: 2·(3 − 1)·s·b·d_inner bytes less per Mamba layer (the mean
+    layer: times ``mamba_share``), exactly, in the stash of every held layer."""
+    m, j, j3 = _jobs("tp=1,pp=1,ep=8,mbs=2,gbs=64,zero=3,recompute=none")
+    assert get_profile("automodel").mamba_saved_d_inner == 1
+    assert get_profile("megatron-core").mamba_saved_d_inner == 3
+    one = 2 * 2 * m.seq_length * 2 * m.mamba_d_inner * m.mamba_share   # bytes, mean layer
+    assert job_layer_activation_bytes(j3) - job_layer_activation_bytes(j) == \
+        pytest.approx(one, rel=1e-12)
+    a, a3 = memory_by_stage(j)[0], memory_by_stage(j3)[0]
+    assert a3.activations - a.activations == pytest.approx(m.num_layers * one, rel=1e-9)
+
+
+def test_under_full_recomputation_only_the_rebuilt_layer_saves_less():
+    m, j, j3 = _jobs("tp=1,pp=1,ep=8,mbs=2,gbs=64,zero=3,recompute=full")
+    one = 2 * 2 * m.seq_length * 2 * m.mamba_d_inner * m.mamba_share
+    assert job_layer_activation_bytes(j3) == job_layer_activation_bytes(j)   # checkpoints
+    assert job_layer_activation_bytes(j3, "none") - job_layer_activation_bytes(j, "none") == \
+        pytest.approx(one, rel=1e-12)
+    a, a3 = memory_by_stage(j)[0], memory_by_stage(j3)[0]
+    assert a3.activations - a.activations == pytest.approx(one, rel=1e-9)
+
+
+@pytest.mark.parametrize("plan", ["tp=1,pp=1,ep=8,mbs=2,gbs=64,zero=3,recompute=none",
+                                  "tp=1,pp=2,ep=8,mbs=1,gbs=64,zero=2,recompute=full"])
+def test_the_search_memory_rule_reads_the_same_mixer(plan):
+    m, j, _ = _jobs(plan)
+    rule = space_memory(m, j.cluster.gpu, j.dtype, j.framework, j.system)
+    assert rule.mixer_d_inner == 1
+    got = float(peak_memory_arrays(m, PlanArrays.from_plans([j.plan]), j.dtype, j.system,
+                                   j.cluster.gpu, loss_bytes=j.framework.loss,
+                                   fsdp2=j.framework.fsdp2, mixer_d_inner=1,
+                                   act_cache=None, optimizer_bytes=j.framework.
+                                   optimizer_state_bytes)[0])
+    assert got == pytest.approx(max(s.total for s in memory_by_stage(j)), rel=1e-9)
+
+
+def test_mixer_delta_is_zero_off_hybrid_and_on_megatrons_count():
+    m = model_preset(NANO)
+    assert mixer_saved_delta(model_preset("llama3-8b"), 8192, 1, 1, 0, 1) == 0.0
+    assert mixer_saved_delta(m, 8192, 1, 1, 0, 3) == 0.0
+    assert mixer_saved_delta(m, 8192, 1, 1, 0, None) == 0.0
+    assert mixer_saved_delta(m, 8192, 1, 1, 2, 1) == 0.0            # full recomputation
+    assert mixer_saved_delta(m, 8192, 2, 4, 0, 1) == pytest.approx(
+        -m.mamba_share * 2 * 8192 * 2 * 2 * m.mamba_d_inner / 4, rel=1e-15)
+
+
+def test_a_profile_mixer_count_outside_1_to_3_is_refused():
+    for bad in (0, 4, True, "1"):
+        with pytest.raises(SpecError, match="framework.mamba_saved_d_inner") as e:
+            replace(get_profile("automodel"), mamba_saved_d_inner=bad)
+        assert e.value.value == bad and "1, 2 or 3" in e.value.rule
