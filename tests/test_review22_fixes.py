@@ -84,3 +84,45 @@ def test_a_profile_mixer_count_outside_1_to_3_is_refused():
         with pytest.raises(SpecError, match="framework.mamba_saved_d_inner") as e:
             replace(get_profile("automodel"), mamba_saved_d_inner=bad)
         assert e.value.value == bad and "1, 2 or 3" in e.value.rule
+
+
+def test_no_private_name_imported_across_library_modules():
+    """No module of the library imports another module's underscore-prefixed name (session
+    21's ``dsv4_cost.sinkhorn_time`` imported ``elementwise_bytes._seq_shard``, now
+    ``seq_shard``; ``heldout_2026b_sources`` imported ``_bridge_row``)."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("strategies/**/*.py"), *root.glob("simulator/**/*.py"),
+             *root.glob("topologies/**/*.py"), root / "experiments/heldout_2026b_sources.py"]
+    bad = []
+    for f in files:
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in (
+                    "strategies", "simulator", "topologies", "experiments"):
+                bad += [f"{f.relative_to(root)}:{n.lineno} {a.name}" for a in n.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+def test_sinkhorn_time_splits_by_sequence_parallelism_as_the_other_passes():
+    from strategies.cost import dsv4_cost
+    from strategies.cost.elementwise_bytes import seq_shard
+    from strategies.hf_config import model_from_hf
+    import json
+    from pathlib import Path
+    m = model_from_hf(json.loads(
+        (Path(__file__).parent / "data/hf/deepseek_v4_flash.json").read_text()))
+    one = dsv4_cost.sinkhorn_time(m, 1, 4, 1, False, 1.0)
+    sp = dsv4_cost.sinkhorn_time(m, 1, 4, 1, True, 1.0)
+    assert seq_shard(4, True) == 4 and seq_shard(4, False) == 1
+    assert sp[0] == pytest.approx(one[0] / 4, rel=1e-15) and sp[1] == pytest.approx(
+        one[1] / 4, rel=1e-15) and one[1] > 2 * one[0] > 0
+
+
+def test_docs_name_the_engine_loop_where_it_lives():
+    from pathlib import Path
+    from simulator.engine import core
+    text = (Path(__file__).resolve().parents[1] / "docs/simulator.md").read_text()
+    assert "`simulator.engine.core._loop`" not in text
+    assert hasattr(core.Engine, "_loop")

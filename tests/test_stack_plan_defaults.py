@@ -155,6 +155,9 @@ def test_hai_llm_dispatches_node_deduplicated_where_the_plan_names_no_dispatcher
     assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
     plan, fills = plan_with_stack_defaults(plan_mapping("tp=1,pp=2"), fw, 64)   # ep 1
     assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
+    plan, fills = plan_with_stack_defaults(plan_mapping(    # DeepEP does not pad: kept
+        "tp=1,ep=8,moe_pad_to_capacity=true,moe_capacity_factor=1"), fw, 64)
+    assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
     for stack in ("megatron-core", "nemo", "torchtitan", "automodel"):
         assert get_profile(stack).field_defaults.moe_dispatcher == "alltoall"
     # the deduplicated dispatch costs less on the wire than alltoall, given explicitly

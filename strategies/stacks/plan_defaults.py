@@ -33,10 +33,11 @@ with one named it gets what that stack runs when its configuration says nothing:
 * HAI-LLM: "ZeRO-1 data parallelism" (DeepSeek-V3 report §3.2; the code is not public).
 * Megatron-Core and Megatron-LM 2021: 0 (``--use-distributed-optimizer`` is opt-in).
 
-The token dispatcher (``moe_dispatcher``), where the plan names none and expert parallelism
-runs (``ep > 1``): HAI-LLM's node-deduplicated dispatch, ``deepep`` (DeepSeek-V3 report
-§3.2.2: a token goes to at most 4 nodes, sent once per destination node over IB and forwarded
-over NVLink to its GPUs there; the design DeepSeek released as DeepEP). Every other stack:
+The token dispatcher (``moe_dispatcher``), where the plan names none, expert parallelism
+runs (``ep > 1``) and the plan does not pad to capacity (DeepEP does not): HAI-LLM's
+node-deduplicated dispatch, ``deepep`` (DeepSeek-V3 report §3.2.2: a token goes to at most 4
+nodes, sent once per destination node over IB and forwarded over NVLink to its GPUs there;
+the design DeepSeek released as DeepEP). Every other stack:
 ``Plan``'s ``alltoall`` (Megatron-Core's ``--moe-token-dispatcher-type`` default; the flex
 dispatcher is opt-in).
 
@@ -173,7 +174,9 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: "Plan",
         out.append(PlanFill("sp", True, f"{who}'s default with tp > 1: {d.sp_source}"))
     if "recompute" not in given and d.recompute != plan.recompute:
         out.append(PlanFill("recompute", d.recompute, f"{who}'s default: {d.recompute_source}"))
-    if "moe_dispatcher" not in given and plan.ep > 1 and d.moe_dispatcher != plan.moe_dispatcher:
+    # DeepEP does not pad to capacity (plan.checks): a plan that pads keeps its dispatcher
+    if "moe_dispatcher" not in given and plan.ep > 1 and d.moe_dispatcher != plan.moe_dispatcher \
+            and not (plan.moe_pad_to_capacity and d.moe_dispatcher == "deepep"):
         out.append(PlanFill("moe_dispatcher", d.moe_dispatcher,
                             f"{who}'s default with ep > 1: {d.moe_dispatcher_source}"))
     if "schedule" not in given and pipelined \
