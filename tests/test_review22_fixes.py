@@ -126,3 +126,18 @@ def test_docs_name_the_engine_loop_where_it_lives():
     text = (Path(__file__).resolve().parents[1] / "docs/simulator.md").read_text()
     assert "`simulator.engine.core._loop`" not in text
     assert hasattr(core.Engine, "_loop")
+
+
+def test_maxtext_export_of_deepseek_v4_is_refused_before_the_estimate(capsys):
+    """Session 21 refused ``--export megatron`` for DeepSeek-V4 and ``--export maxtext`` for a
+    hybrid model; ``--export maxtext`` of DeepSeek-V4 wrote a one-KV-head transformer of
+    head_dim 512 (no compressed attention, no hyper-connections): exit 2, field, value and
+    rule, no traceback."""
+    from simulator.cli.main import main
+    argv = ["estimate", "--model", "deepseek-v4-flash", "--cluster", "dgx-h100:8", "--plan",
+            "tp=1,pp=1,ep=8,mbs=1,gbs=64", "--export", "maxtext"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--export='maxtext': cannot express this model" in err
+    assert "compressed sparse attention" in err and "Traceback" not in err
+    assert main(argv[:-2]) == 0          # without the export it runs
