@@ -61,12 +61,13 @@ def test_the_search_memory_rule_reads_the_same_mixer(plan):
     m, j, _ = _jobs(plan)
     rule = space_memory(m, j.cluster.gpu, j.dtype, j.framework, j.system)
     assert rule.mixer_d_inner == 1
-    got = float(peak_memory_arrays(m, PlanArrays.from_plans([j.plan]), j.dtype, j.system,
-                                   j.cluster.gpu, loss_bytes=j.framework.loss,
-                                   fsdp2=j.framework.fsdp2, mixer_d_inner=1,
-                                   act_cache=None, optimizer_bytes=j.framework.
-                                   optimizer_state_bytes)[0])
+    got = float(rule.peak(PlanArrays.from_plans([j.plan]))[0])      # the search's own rule
     assert got == pytest.approx(max(s.total for s in memory_by_stage(j)), rel=1e-9)
+    off = float(peak_memory_arrays(m, PlanArrays.from_plans([j.plan]), j.dtype, j.system,
+                                   j.cluster.gpu, loss_bytes=j.framework.loss,
+                                   fsdp2=j.framework.fsdp2,
+                                   optimizer_bytes=j.framework.optimizer_state_bytes)[0])
+    assert off > got          # without the stack's mixer count: Megatron-Core's three
 
 
 def test_mixer_delta_is_zero_off_hybrid_and_on_megatrons_count():
