@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.search.executors import Backfill, evaluate  # noqa: E402
-from simulator.search.run import Rows, SearchConfig, _ref_bounds, _resolve_ref  # noqa: E402
+from simulator.search.run import Rows, SearchConfig, reference_bounds, resolve_reference  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
 from strategies.estimate.lower_bound import step_time_lower_bound  # noqa: E402
 from strategies.framework import get_profile  # noqa: E402
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     m, cl, gbs = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128), 1536
     from simulator.cli.search import REFERENCES
     cfg = SearchConfig(model=m, cluster=cl, gbs=gbs)
-    refs = [r[1] for r in (_resolve_ref(cfg, label, parse_plan(text))
+    refs = [r[1] for r in (resolve_reference(cfg, label, parse_plan(text))
                            for label, text in REFERENCES.get((m.name, cl.num_gpus), []))
             if r is not None]
     fw = get_profile(None)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             measured[i] = (time.process_time() - t0, r["step_time_s"])
         return measured[i]
 
-    ref_bounds = _ref_bounds(cfg, fw, refs)
+    ref_bounds = reference_bounds(cfg, fw, refs)
     runs = {}
     for name in ("in dispatch order (083f359)", "as finished", "as finished + backfill"):
         clock = Clock(lambda i: measure(i)[0], lambda i: measure(i)[1])

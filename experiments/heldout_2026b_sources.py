@@ -9,7 +9,7 @@ import subprocess
 from typing import Any
 
 from experiments.transcribe_heldout_2026b import (BRIDGE_MODELS, BRIDGE_TAG, CONFIG_FIELDS,
-                                                  _bridge_row, fitting_config)
+                                                  bridge_row, fitting_config)
 
 #: the MoE models' performance configs (``scripts/performance/configs/``) at ``BRIDGE_TAG``
 BRIDGE_FILES = {"deepseek-v3": "deepseek/deepseek_workload_base_configs.py",
@@ -88,7 +88,7 @@ def read_bridge(repo: str) -> dict[str, Any]:
     used: dict[str, dict[str, Any]] = {}
     for name, rows in tables.items():
         for cells in rows:
-            r = _bridge_row(name, cells)
+            r = bridge_row(name, cells)
             fit = fitting_config(configs, r["key"], r["sysn"].split("-")[1], r["prec"],
                                  r["layout"])
             if fit is not None:

@@ -84,6 +84,9 @@ def layer_parts() -> None:
 
 
 def kernel_table() -> None:
+    """Print ``ssd_traffic``'s per-kernel table (bytes and FLOP units, their seconds at the
+    usable HBM rate and the attention-efficiency peak) for Nemotron-H 56B's mixer at tp 8 on
+    an H100."""
     from strategies.cost import ssd_traffic as st
     m, g = model_preset("nemotron-h-56b"), get_gpu("H100-SXM5-80GB")
     hbm, flop, tp = usable_hbm(g), g.peak("bf16") * g.attention_efficiency, 8

@@ -41,9 +41,12 @@ PARTS = [
       "FlowTable.start_block", "_Run._step")),
     ("collective start (closed form)", ("CollectiveRunner.start",)),
     ("engine messages and rendezvous",
-     ("Engine._collective", "Engine._send", "Engine._post_recv")),
+     ("Engine._collective", "Engine._send", "Engine._post_recv",
+      # py-spy names a method by its defining class where it reads co_qualname
+      "Messaging._collective", "Messaging._send", "Messaging._post_recv")),
     ("engine finishing ops (record, dependency counters, waking)",
-     ("Stream.finish", "Rendezvous.fire", "Engine.deliver", "Stream.__call__")),
+     ("Stream.finish", "Rendezvous.fire", "Engine.deliver", "Messaging.deliver",
+      "Stream.__call__")),
     ("engine event loop (queue, stream dispatch, compute ends and their records)",
      ("Engine._loop",)),
 ]

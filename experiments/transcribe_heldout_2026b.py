@@ -75,6 +75,8 @@ ASYNC_NOTE = ("plan.tp_comm_overlap=true is async TP: the torchtitan profile run
 
 
 def torchtitan_async_tp(src: dict[str, Any]) -> list[dict]:
+    """The reference rows of one transcribed torchtitan async-TP benchmark source (``src``:
+    its ``path``, ``commit`` and ``tables``), one per table row."""
     path, commit = src["path"], src["commit"]
     out = []
     for table in src["tables"]:
@@ -143,6 +145,8 @@ def torchtitan_async_tp(src: dict[str, Any]) -> list[dict]:
 
 
 def torchtitan_h200(src: dict[str, Any]) -> list[dict]:
+    """The reference rows of the transcribed torchtitan H200 table (``src``: its ``path``,
+    ``commit`` and ``rows``), one per node count."""
     path, commit = src["path"], src["commit"]
     out = []
     for cells in src["rows"]:
@@ -225,7 +229,7 @@ CONFIG_FIELDS = ("file", "num_gpus", "tensor_model_parallel_size",
                  "pp_layout")
 
 
-def _bridge_row(name: str, cells: list[str]) -> dict[str, Any]:
+def bridge_row(name: str, cells: list[str]) -> dict[str, Any]:
     """One 13-cell row of a 26.06 table, parsed (``layout``: what a config must match)."""
     sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = cells
     n, gbs, mbs, seq, tp, pp, cp = map(int, (n, gbs, mbs, seq, tp, pp, cp))
@@ -301,7 +305,7 @@ def bridge_2606(src: dict[str, Any]) -> list[dict]:
     out = []
     for name, rows in src["tables"].items():
         for cells in rows:
-            b = _bridge_row(name, cells)
+            b = bridge_row(name, cells)
             key, sysn, n, prec, gbs, mbs, seq, tp, pp, cp, vp, ep, tok, tfl = (
                 b[k] for k in ("key", "sysn", "n", "prec", "gbs", "mbs", "seq", "tp", "pp",
                                "cp", "vp", "ep", "tok", "tfl"))

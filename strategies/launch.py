@@ -270,7 +270,7 @@ def export_model_rule(kind: str, model: ModelSpec) -> str | None:
     """Why export ``kind`` cannot build ``model`` (None: it can): Megatron-LM's arguments here
     build a GQA transformer or Megatron's hybrid model, not DeepSeek-V4's compressed sparse
     attention; MaxText's keys here are a transformer's (``base_*``), not a hybrid model's
-    Mamba-2 layers."""
+    Mamba-2 layers nor DeepSeek-V4's compressed attention and hyper-connections."""
     if kind == "megatron" and model.is_dsv4:
         return ("DeepSeek-V4's compressed sparse attention runs on Megatron-Core dev "
                 "d48bd6be's hybrid model (pretrain_hybrid.py, --hybrid-layer-pattern of C/H/W "
@@ -281,6 +281,11 @@ def export_model_rule(kind: str, model: ModelSpec) -> str | None:
         return (f"{model.name} is a hybrid model (hybrid_pattern of Mamba-2, attention and "
                 "MLP layers); the MaxText keys this export writes (base_emb_dim, "
                 "base_num_decoder_layers, ...) build a transformer")
+    if kind == "maxtext" and model.is_dsv4:
+        return (f"{model.name} has DeepSeek-V4's compressed sparse attention and "
+                "hyper-connections (compress_ratios, hc_mult); the MaxText keys this export "
+                "writes (base_num_kv_heads, head_dim, ...) build a plain transformer's "
+                "attention and residual")
     return None
 
 

@@ -98,7 +98,7 @@ def test_an_extra_waits_until_it_is_ready():
 def test_a_reference_plan_is_bounded_as_its_row_of_the_space():
     """The search backfills a reference plan once its bound is above the search's limit
     (then the search can no longer need that plan): the bound is the row's, bit for bit."""
-    from simulator.search.run import SearchConfig, _ref_bounds
+    from simulator.search.run import SearchConfig, reference_bounds
     from strategies.estimate.analytic import estimate_arrays
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.framework import get_profile
@@ -111,6 +111,6 @@ def test_a_reference_plan_is_bounded_as_its_row_of_the_space():
     costs = estimate_arrays(m, cl, "bf16", sp.arrays, fw, None)["stage_costs"]
     bounds = step_time_lower_bound(m, cl, "bf16", sp.arrays, fw, None, costs=costs)
     rows = random.Random(2).sample(range(sp.size), 12)
-    got = _ref_bounds(SearchConfig(model=m, cluster=cl, gbs=256), fw,
+    got = reference_bounds(SearchConfig(model=m, cluster=cl, gbs=256), fw,
                       [sp.plan(i) for i in rows])
     assert got == [float(bounds[i]) for i in rows]

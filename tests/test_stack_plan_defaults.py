@@ -28,6 +28,7 @@ CASES = [
     ("megatron-deepspeed", "tp=2,pp=2", 16, {"zero": 1, "recompute": "full"}, "README.md:305"),
     ("nemo", "tp=2,pp=2", 16, {"zero": 1}, "adam.py:44"),
     ("hai-llm", "tp=1,pp=2", 16, {"zero": 1}, "DeepSeek-V3 report"),
+    ("hai-llm", "tp=1,pp=2,ep=8", 16, {"zero": 1, "moe_dispatcher": "deepep"}, "report §3.2"),
     ("automodel", "tp=1,pp=1", 16, {"zero": 3}, "reshard_after_forward=not pp_enabled"),
     ("automodel", "tp=1,pp=2", 16, {"zero": 2}, "apply_fsdp"),
     ("automodel", "tp=1,pp=1", 1, {"zero": 3}, "apply_fsdp"),   # no ZeRO-0 on this stack
@@ -47,7 +48,7 @@ def test_a_field_left_out_takes_the_stacks_default_stated(stack, text, gpus, fil
     if "sp" in filled:
         assert "configs.py:169 enable_sequence_parallel=True" in {f.field: f.why
                                                                   for f in fills}["sp"]
-    for field in ("zero", "sp", "schedule", "recompute"):
+    for field in ("zero", "sp", "schedule", "recompute", "moe_dispatcher"):
         if field not in filled:
             assert getattr(plan, field) == getattr(Plan(), field)
 
@@ -138,6 +139,43 @@ def test_a_profile_whose_defaults_its_rules_refuse_is_refused():
     with pytest.raises(SpecError, match="sp_with_tp"):
         replace(get_profile("megatron-deepspeed"), field_defaults=StackFieldDefaults(
             zero=1, zero_with_pp=1, sp_with_tp=True))
+
+
+def test_hai_llm_dispatches_node_deduplicated_where_the_plan_names_no_dispatcher(capsys):
+    """HAI-LLM's default dispatcher is DeepEP-like (DeepSeek-V3 report §3.2.2: once per
+    destination node over IB, then NVLink), not Megatron-Core's ``alltoall``; only where
+    expert parallelism runs, and a given dispatcher is kept."""
+    fw = get_profile("hai-llm")
+    assert fw.field_defaults.moe_dispatcher == "deepep"
+    plan, fills = plan_with_stack_defaults(plan_mapping("tp=1,pp=1,ep=8"), fw, 64)
+    why = {f.field: f.why for f in fills}["moe_dispatcher"]
+    assert plan.moe_dispatcher == "deepep" and "§3.2.2" in why and "ep > 1" in why
+    plan, fills = plan_with_stack_defaults(plan_mapping("tp=1,ep=8,moe_dispatcher=alltoall"),
+                                           fw, 64)
+    assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
+    plan, fills = plan_with_stack_defaults(plan_mapping("tp=1,pp=2"), fw, 64)   # ep 1
+    assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
+    plan, fills = plan_with_stack_defaults(plan_mapping(    # DeepEP does not pad: kept
+        "tp=1,ep=8,moe_pad_to_capacity=true,moe_capacity_factor=1"), fw, 64)
+    assert plan.moe_dispatcher == "alltoall" and "moe_dispatcher" not in {f.field for f in fills}
+    for stack in ("megatron-core", "nemo", "torchtitan", "automodel"):
+        assert get_profile(stack).field_defaults.moe_dispatcher == "alltoall"
+    # the deduplicated dispatch costs less on the wire than alltoall, given explicitly
+    from simulator.cli.main import main
+    base = ["estimate", "--model", "deepseek-v3", "--cluster", "hgx-h800:8", "--framework",
+            "hai-llm", "--dtype", "fp8-blockwise", "--json", "--plan"]
+    ep_comm = {}
+    for disp in ("", ",moe_dispatcher=deepep", ",moe_dispatcher=alltoall"):
+        assert main([*base, "tp=1,pp=1,ep=64,mbs=1,gbs=512" + disp]) == 0
+        ep_comm[disp] = json.loads(capsys.readouterr().out)["breakdown_s"]["ep_comm"]
+    assert ep_comm[""] == ep_comm[",moe_dispatcher=deepep"] < ep_comm[",moe_dispatcher=alltoall"]
+
+
+def test_a_dispatcher_default_the_stack_does_not_run_is_refused():
+    with pytest.raises(SpecError, match="field_defaults.moe_dispatcher") as e:
+        replace(get_profile("pytorch-eager"), field_defaults=StackFieldDefaults(
+            zero=3, zero_with_pp=2, moe_dispatcher="deepep"))
+    assert e.value.value == "deepep" and "token dispatchers" in e.value.rule
 
 
 BUG = ["--model", "llama3-8b", "--cluster", "dgx-h100:2", "--global-batch", "64"]

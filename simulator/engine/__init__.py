@@ -1,5 +1,5 @@
-"""The SimPy event engine: replays per-rank programs (``core``: the event loop, messages and
-rendezvous; ``streams``: each (rank, stream)'s state; ``deadlock``: the check after a run;
+"""The SimPy event engine: replays per-rank programs (``core``: the event loop; ``messages``:
+messages and rendezvous; ``streams``: each (rank, stream)'s state; ``deadlock``: the check after a run;
 ``channels``: which collectives run alone on their links) and runs collectives as phases of
 flows on the network (``collectives``)."""
 from simulator.engine.core import Engine, run

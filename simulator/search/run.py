@@ -15,8 +15,9 @@ from typing import Any, Callable
 import numpy as np
 
 from simulator.search.executors import Backfill, make_executor, progress_printer
+from simulator.search.report import (inputs_block, plan_row, recommended_row, reference_row,
+                                     switch_defaults, uneven_rows)
 from simulator.search.results_file import Cached, ResultsLog, context_hash
-from strategies.cost import flop_counts
 from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
@@ -30,18 +31,12 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.search.recommend import (Without, batching_sentences, complexity,
-                                         expert_choice, expert_sentence, explain)
+from strategies.search.recommend import complexity
 from strategies.search.bound_ordered import bound_ordered_search
 from strategies.search.plan_rows import plan_key
 from strategies.search.prune_rules import RULES
 from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import Cluster
-from topologies.gpus import GIB
-
-BREAKDOWN_ORDER = ("bubble", "pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
-                   "compute", "recompute", "optimizer")
-
 
 @dataclass
 class SearchConfig:
@@ -70,7 +65,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
     fw, named = get_profile(cfg.framework), cfg.framework
-    sw = _switch_defaults(cfg)
+    sw = switch_defaults(cfg)
     if named is not None:       # a precision the stack lacks: refused before any plan
         check_precision(fw, cfg.dtype)
 
@@ -97,7 +92,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                           plan_of, cfg.ray_address)
     ex: Backfill | None = None
     try:
-        refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
+        refs = [resolve_reference(cfg, label, p) for label, p in cfg.references]
         refs = [r for r in refs if r is not None]
         # the reference plans, simulated whatever the search finds (``Backfill.finish``), start
         # now on a pool's workers, idle while this process scores the space; at the end they
@@ -131,7 +126,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                              cfg.resume)
         # the reference plans, once the search can no longer need them (their bound above
         # its limit, which only falls), and a mixed cluster's variants run on idle workers
-        ref_bounds = _ref_bounds(cfg, fw, [p for _, p in refs])
+        ref_bounds = reference_bounds(cfg, fw, [p for _, p in refs])
         state: list = []
         ex = Backfill(early or Cached(inner, key_of, log),
                       [-j - 1 for j in range(len(refs)) if -j - 1 not in started]
@@ -164,11 +159,11 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     if cl.uniform:      # the rows the report shows (each row's figures are its own)
         analytic = kind_priced(analytic, set(out.ranked) | {out.pick})
     report = {
-        "inputs": _inputs(cfg, space),
-        "plans": [_row(cfg, space, analytic, bounds, plans, res, i, out.ranked[0], n + 1)
+        "inputs": inputs_block(cfg, space),
+        "plans": [plan_row(cfg, space, analytic, bounds, plans, res, i, out.ranked[0], n + 1)
                   for n, i in enumerate(out.ranked)],
-        "recommended": _recommended(cfg, space, analytic, bounds, plans, keys, res, out),
-        "references": [_ref_row(cfg, label, p, res[-j - 1], res[out.ranked[0]])
+        "recommended": recommended_row(cfg, space, analytic, bounds, plans, keys, res, out),
+        "references": [reference_row(cfg, label, p, res[-j - 1], res[out.ranked[0]])
                        for j, (label, p) in enumerate(refs)],
         "pruned": {r: space.pruned.get(r, 0) for r, _ in RULES},
         "pruned_rules": {r: text for r, text in RULES},
@@ -183,14 +178,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         "wall_s": time.perf_counter() - t0,
     }
     if not cl.uniform:
-        report["uneven"] = _uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
+        report["uneven"] = uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
     return report
-
-
-def _switch_defaults(cfg: SearchConfig) -> dict[str, Any] | None:
-    """The switches a row's key leaves out: the named stack's defaults (``row_job`` reads
-    them back), or None (``Plan``'s)."""
-    return cfg.framework.plan_defaults() if cfg.framework is not None else None
 
 
 class Rows(Sequence):
@@ -227,7 +216,7 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
     from strategies.search.uneven import balanced_microbatches, balanced_plan
     out: list[tuple[Plan, float]] = []
     seen: set[str] = set()
-    sw = _switch_defaults(cfg)
+    sw = switch_defaults(cfg)
     limit = 1.0 - cfg.options.headroom
     for i in np.argsort(analytic["step_time_s"], kind="stable").tolist():
         if len(out) >= UNEVEN_CANDIDATES:
@@ -248,28 +237,7 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
     return out
 
 
-def _uneven_rows(cfg: SearchConfig, variants: list, res: dict, base: int,
-                 best: dict) -> dict[str, Any]:
-    """The report's ``uneven`` block: the simulated variants, fastest first, the best
-    ``k``."""
-    rows = []
-    for j, (plan, peak) in enumerate(variants):
-        r = res[base + j]
-        extra = {k: list(getattr(plan, k)) for k in ("layers_per_stage", "group_microbatches")
-                 if getattr(plan, k) is not None}
-        row = {"plan": {**_plan_dict(plan), **extra},
-               "key": plan_key(plan, _switch_defaults(cfg)), "label": plan.short()}
-        row.update(_figures(cfg, plan, r))
-        row.update({"memory": {"peak_gib": peak / GIB},
-                    "vs_best": r["step_time_s"] / best["step_time_s"] - 1})
-        rows.append(row)
-    rows.sort(key=lambda x: (x["step_time_s"], x["key"]))
-    for n, row in enumerate(rows):
-        row["rank"] = n + 1
-    return {"candidates": len(variants), "plans": rows[:cfg.k]}
-
-
-def _ref_bounds(cfg: SearchConfig, fw: FrameworkProfile, plans: list[Plan]) -> list[float]:
+def reference_bounds(cfg: SearchConfig, fw: FrameworkProfile, plans: list[Plan]) -> list[float]:
     """The lower bound of each reference plan (seconds), as the search bounds its rows."""
     if not plans:
         return []
@@ -280,7 +248,7 @@ def _ref_bounds(cfg: SearchConfig, fw: FrameworkProfile, plans: list[Plan]) -> l
                                  costs=costs).tolist()
 
 
-def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
+def resolve_reference(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
     """A reference plan resolved against the job (None when it does not apply here)."""
     try:
         job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype,
@@ -290,117 +258,3 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
     return label, job.plan
 
 
-def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
-    return {"model": cfg.model.report_dict(), "cluster": cfg.cluster.name,
-            "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
-            "gpus_text": cfg.cluster.describe_gpus(),
-            "gpu_profile": cfg.cluster.gpu.profile.path if cfg.cluster.gpu.profile else None,
-            "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
-            "framework": get_profile(cfg.framework).name,
-            "framework_limits": cfg.framework is not None,
-            "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
-            "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
-            "max_bubble": cfg.options.max_bubble,
-            "schedules": cfg.options.schedules, "max_mbs": cfg.options.max_mbs,
-            "allow_cross_node_tp": cfg.options.allow_cross_node_tp,
-            "faults": cfg.cluster.faults.to_dict()}
-
-
-def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
-    step = r["step_time_s"]
-    n = cfg.cluster.num_gpus
-    return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": float(flop_counts.mfu(cfg.model, plan.gbs, step, n,
-                                         cfg.cluster.mean_peak(cfg.dtype))),
-            "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
-            "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
-            "events": r["events"]}
-
-
-def _reasons(r: dict, best: dict, rank: int) -> list[str]:
-    """Why this plan ranks where it does: the parts of its step that exceed the best's."""
-    if rank == 1:
-        return ["fastest simulated plan"]
-    d = r["step_time_s"] - best["step_time_s"]
-    out = [f"{100 * d / best['step_time_s']:.2f}% ({d:.3f} s) slower than #1"]
-    diffs = sorted(((r["breakdown_s"][k] - best["breakdown_s"][k], k) for k in BREAKDOWN_ORDER),
-                   reverse=True)
-    out += [f"{k} +{x:.3f} s" for x, k in diffs[:2] if x > 1e-6]
-    return out
-
-
-def _row(cfg, space, analytic, bounds, plans, res, i, best_i, rank) -> dict[str, Any]:
-    p, r = plans[i], res[i]
-    row = {"rank": rank, "plan": _plan_dict(p), "key": plan_key(p, _switch_defaults(cfg)),
-           "label": p.short()}
-    row.update(_figures(cfg, p, r))
-    row.update({"memory": {"peak_gib": float(space.peak_memory[i]) / GIB},
-                "analytic_step_time_s": float(analytic["step_time_s"][i]),
-                "lower_bound_s": float(bounds[i]), "simulated": True,
-                "reasons": _reasons(r, res[best_i], rank)})
-    return row
-
-
-def _plan_dict(p: Plan) -> dict[str, Any]:
-    keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "schedule", "vpp", "recompute", "sp",
-            "zero")
-    out = {k: getattr(p, k) for k in keys}
-    if p.etp is not None:       # expert tensor parallelism other than tp (a mixture of experts)
-        out["etp"] = p.etp
-    if p.flushes != 1:          # pipeline flushes per step (strategies.flushes)
-        out["flushes"] = p.flushes
-    if p.microbatch_group_size is not None:     # the interleaved group other than pp
-        out["microbatch_group_size"] = p.microbatch_group_size
-    if p.cp_comm is not None:   # the context-parallel K/V exchange a --fix names
-        out["cp_comm"] = p.cp_comm
-    return out
-
-
-def _without(cfg, space, bounds, plans, keys, res, needed: set,
-             pick: Plan) -> list[Without]:
-    """For each dimension the pick keeps, the fastest plan without it: the least of the
-    simulated times (needed plans) and the bounds (the rest), ties to a bound, then by key."""
-    out = []
-    for d in ("tp", "pp", "cp", "ep", "dp"):
-        if getattr(pick, d) == 1:
-            continue
-        idx = np.flatnonzero(space.cols[d] == 1)
-        if idx.size == 0:
-            out.append(Without(d, None, None, False))
-            continue
-        exact = np.isin(idx, np.fromiter(needed, dtype=np.int64, count=len(needed)))
-        t = bounds[idx].astype(float)
-        t[exact] = [res[i]["step_time_s"] for i in idx[exact].tolist()]
-        tied = np.flatnonzero(t == t.min())     # keys (Plans) only for the ties
-        t, exact, _, i = min((float(t[n]), bool(exact[n]), keys[int(idx[n])], int(idx[n]))
-                             for n in tied.tolist())
-        out.append(Without(d, plans[i], t, exact))
-    return out
-
-
-def _recommended(cfg, space, analytic, bounds, plans, keys, res, out) -> dict[str, Any]:
-    pick, best = out.pick, out.ranked[0]
-    p = plans[pick]
-    row = _row(cfg, space, analytic, bounds, plans, res, pick, best, 1 if pick == best else 2)
-    row.pop("rank")
-    row["why"] = explain(p, res[pick]["step_time_s"], plans[best], res[best]["step_time_s"],
-                         cfg.tolerance, cfg.cluster.gpus_per_node,
-                         _without(cfg, space, bounds, plans, keys, res, set(out.needed), p))
-    row["why"] += batching_sentences(p, cfg.options.fixed)
-    row["within_tolerance"] = len(out.pool)
-    if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
-        row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)
-        row["why"].append(expert_sentence(row["expert"]))
-    return row
-
-
-def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
-    from strategies.memory.scalar import peak_memory
-    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, framework=cfg.framework,
-                   system=cfg.system)
-    row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p, _switch_defaults(cfg)),
-           "short": p.short()}
-    row.update(_figures(cfg, p, r))
-    row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}
-    row["vs_best"] = r["step_time_s"] / best["step_time_s"] - 1
-    return row

@@ -278,8 +278,8 @@ def sinkhorn_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, hbm: float
     ``(0, 0)`` for another model. Read by ``layer_time.layer_time``."""
     if not m.is_dsv4:
         return 0.0, 0.0
-    from strategies.cost.elementwise_bytes import _seq_shard
-    T = tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp) / hbm
+    from strategies.cost.elementwise_bytes import seq_shard
+    T = tokens_per_gpu(b, m.seq_length, cp) / seq_shard(tp, sp) / hbm
     f, bw = sinkhorn_bytes_per_token(m)
     return T * f, T * bw
 
@@ -321,7 +321,7 @@ def query_norm_bytes_per_token(m: ModelSpec) -> float:
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, shard: Num) -> Num:
     """HBM bytes per GPU of the mean layer's DeepSeek-V4 passes, forward: the hyper-
     connections' (``hc_bytes_per_token``, over ``shard``: sequence parallelism's split of the
-    per-token work, ``elementwise_bytes._seq_shard``), the query norm's (over ``tp``, its
+    per-token work, ``elementwise_bytes.seq_shard``), the query norm's (over ``tp``, its
     heads split) and the compressed attention's (``sparse_bytes_per_token``, whole on every
     rank); 0 for another model."""
     if not m.is_dsv4:

@@ -53,10 +53,10 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
     if m.is_hybrid:     # and its Mamba-2 mixers' own kernels around the scan
         from strategies.cost.mamba_mixer import mixer_elementwise_bytes_fwd
-        return norm_drop / _seq_shard(tp, sp) + act + \
+        return norm_drop / seq_shard(tp, sp) + act + \
             m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp)
-    return norm_drop / _seq_shard(tp, sp) + act + rope \
-        + dsv4_cost.elementwise_bytes_fwd(m, b, tp, cp, _seq_shard(tp, sp))
+    return norm_drop / seq_shard(tp, sp) + act + rope \
+        + dsv4_cost.elementwise_bytes_fwd(m, b, tp, cp, seq_shard(tp, sp))
 
 
 #: HBM bytes per hidden element of torchtitan's eager ``RMSNorm`` (2024, models/norms.py:
@@ -92,7 +92,7 @@ def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num)
     a, g = m.num_attention_heads, m.kv_heads
     repeat = 2 * 2 * (g + a) * m.head_dim * T / tp if (g < a and not m.is_mla) else 0.0
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
-    return per_h / _seq_shard(tp, sp) + rope + repeat + act
+    return per_h / seq_shard(tp, sp) + rope + repeat + act
 
 
 def te_norm_add_bytes(m: ModelSpec) -> float:
@@ -120,7 +120,7 @@ def eager_hybrid_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> N
     T = tokens_per_gpu(b, m.seq_length, cp)
     per_h = te_norm_add_bytes(m) * T
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
-    return per_h / _seq_shard(tp, sp) + act + \
+    return per_h / seq_shard(tp, sp) + act + \
         m.mamba_share * mixer_elementwise_bytes_fwd(m, b, tp, cp, layout_copies=False)
 
 
@@ -174,7 +174,7 @@ def eager_te_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     act = (COMPILED_SWIGLU_BYTES if m.gated else COMPILED_ACT_BYTES) * w["routed_mlp"] \
         + (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) \
         * (w["dense_mlp"] + w["shared_mlp"])
-    return per_h * T / _seq_shard(tp, sp) + (attn + act) * T / tp
+    return per_h * T / seq_shard(tp, sp) + (attn + act) * T / tp
 
 
 #: HBM bytes per hidden element of one torch.compile'd torchtitan block's norm and residual
@@ -218,10 +218,10 @@ def compiled_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: N
         else:
             qkv = q + (2 * 2 * g * d if rope else 0.0)
     act = (COMPILED_SWIGLU_BYTES if m.gated else COMPILED_ACT_BYTES) * m.mean_mlp_width()
-    return per_h / _seq_shard(tp, sp) + (qkv + act) * T / tp
+    return per_h / seq_shard(tp, sp) + (qkv + act) * T / tp
 
 
-def _seq_shard(tp: Num, sp: Num) -> Num:
+def seq_shard(tp: Num, sp: Num) -> Num:
     """What sequence parallelism divides the replicated per-token work by (``tp`` or 1)."""
     return np.where(sp, tp, 1) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
 
@@ -235,7 +235,7 @@ def norm_bytes_per_token(m: ModelSpec) -> float:
 def norm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     """HBM bytes of one layer's two norms' forward per GPU (one in a hybrid model's layer) (``norm_bytes_per_token`` over
     the GPU's tokens; divided by ``t`` with SP)."""
-    return norm_bytes_per_token(m) * tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp)
+    return norm_bytes_per_token(m) * tokens_per_gpu(b, m.seq_length, cp) / seq_shard(tp, sp)
 
 
 def activation_fn_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, width: Num) -> Num:
@@ -365,7 +365,7 @@ def attn_bias_add_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> tupl
     with SP as the bias-dropout-add's other work); the caller decides whether the stack runs
     it (``variants.runs_gpt_oss_bridge``). Vectorised."""
     elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) * m.hidden_size
-                       / _seq_shard(tp, sp), dtype=float)
+                       / seq_shard(tp, sp), dtype=float)
     return tuple((x * elems)[()] for x in ATTN_BIAS_ADD_BYTES)
 
 

@@ -11,6 +11,7 @@ from strategies.memory.moe_saved import routed_stash_correction
 from strategies.memory.recompute_saved import layer_activation_bytes
 from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
                                                runs_te_experts)
+from strategies.memory.mixer_saved import mixer_saved_delta
 from strategies.memory.te_linear_saved import job_te_linear_inputs, te_linear_saved_delta
 from strategies.model import ModelSpec
 from strategies.stacks.variants import runs_eager_clamp
@@ -53,7 +54,7 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
                         job_expert_input_bytes(job), job_te_linear_bytes(job),
-                        p.moe_pad_to_capacity)
+                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner)
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -62,7 +63,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
                  expert_tp: int | None, clamp: bool, expert_input: float | None = None,
                  te_inputs: tuple[float, float, float, float] | None = None,
-                 pad: bool = False) -> float:
+                 pad: bool = False, mixer_d_inner: int | None = None) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -76,4 +77,5 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                        mods, clamp=clamp, cache=cache,
                                        expert_input=expert_input)
     te = te_linear_saved_delta(mdl, seq_len, mbs, tp, sp, cp, code, mods, flash_attn, te_inputs)
-    return float(base + extra + te)
+    mixer = mixer_saved_delta(mdl, seq_len, mbs, tp, code, mixer_d_inner)
+    return float(base + extra + te + mixer)

@@ -42,7 +42,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        in_flight=None, pending_w=None, clamp=False,
                        remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                       expert_input=None, te_inputs=None) -> np.ndarray:
+                       expert_input=None, te_inputs=None,
+                       mixer_d_inner=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -50,7 +51,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
     ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
-    ``fsdp2``, ``dispatch_bytes``, ``expert_input``: as ``memory_component_arrays``.
+    ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``: as
+    ``memory_component_arrays``.
     ``memory.scalar.memory_by_stage`` is this for one job's
     plan."""
     P = as_plan_arrays(P)
@@ -67,7 +69,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                                    loss_bytes=loss_bytes, act_cache=act_cache,
                                    optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                                    dispatch_bytes=dispatch_bytes,
-                                   expert_input=expert_input, te_inputs=te_inputs)[1]
+                                   expert_input=expert_input, te_inputs=te_inputs,
+                                   mixer_d_inner=mixer_d_inner)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
@@ -75,7 +78,7 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
                         gpu=None, clamp=False, remat_named=False, loss_bytes=None,
                         act_cache=None, optimizer_bytes=None, fsdp2=False,
                         dispatch_bytes=None, expert_input=None,
-                        te_inputs=None) -> np.ndarray:
+                        te_inputs=None, mixer_d_inner=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -86,14 +89,15 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
                               loss_bytes=loss_bytes, act_cache=act_cache,
                               optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                               dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-                              te_inputs=te_inputs)
+                              te_inputs=te_inputs, mixer_d_inner=mixer_d_inner)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
                        clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                       expert_input=None, te_inputs=None) -> np.ndarray:
+                       expert_input=None, te_inputs=None,
+                       mixer_d_inner=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
@@ -107,13 +111,15 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if mixed_layers(m):
         return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                 act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                expert_input, te_inputs)
+                                expert_input, te_inputs, mixer_d_inner)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes, expert_input, te_inputs),
+                                          dispatch_bytes, expert_input, te_inputs,
+                                          mixer_d_inner),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes, expert_input, te_inputs))
+                                          dispatch_bytes, expert_input, te_inputs,
+                                          mixer_d_inner))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
@@ -122,7 +128,7 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                                  loss_bytes=loss_bytes, act_cache=act_cache,
                                  optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                                  dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-                                 te_inputs=te_inputs)
+                                 te_inputs=te_inputs, mixer_d_inner=mixer_d_inner)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -134,19 +140,21 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         if peak.ndim == 0:
             return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                     act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                    expert_input, te_inputs)
+                                    expert_input, te_inputs, mixer_d_inner)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
                                                   clamp, remat_named, loss_bytes,
                                                   act_cache, optimizer_bytes, fsdp2,
-                                                  dispatch_bytes, expert_input, te_inputs)
+                                                  dispatch_bytes, expert_input, te_inputs,
+                                                  mixer_d_inner)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
                      gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                      optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                     expert_input=None, te_inputs=None) -> np.ndarray:
+                     expert_input=None, te_inputs=None,
+                     mixer_d_inner=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -158,7 +166,7 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
             loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes,
             fsdp2=fsdp2, dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-            te_inputs=te_inputs))
+            te_inputs=te_inputs, mixer_d_inner=mixer_d_inner))
     return peak.reshape(np.shape(P.pp))
 
 

@@ -53,7 +53,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
                             fsdp2=False, dispatch_bytes=None, expert_input=None,
-                            te_inputs=None, cp_gather=False
+                            te_inputs=None, cp_gather=False, mixer_d_inner=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -103,7 +103,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_gather``: the
     stack runs Transformer Engine's all-gather context parallelism (``FrameworkProfile.cp_impl``
     "allgather", plan ``cp_comm``): its attention's working set with ``cp > 1``
-    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other"."""
+    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other". ``mixer_d_inner``:
+    the ``d_inner`` tensors the stack's Mamba-2 mixer saves (``FrameworkProfile.
+    mamba_saved_d_inner``, ``mixer_saved.mixer_saved_delta``; None: the table's three)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -127,7 +129,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
                            content_given=content is not None, clamp=clamp,
                            remat_named=remat_named, loss_bytes=loss_bytes, act_cache=act_cache,
-                           expert_input=expert_input, te_inputs=te_inputs)
+                           expert_input=expert_input, te_inputs=te_inputs,
+                           mixer_d_inner=mixer_d_inner)
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
                                     if dispatch_bytes is None else dispatch_bytes)

@@ -5,6 +5,8 @@ torchtitan's op-level checkpointing (``op_saved_bytes``) and full recomputation 
 input). The table itself: ``strategies.memory.layer_terms``."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from strategies.cost.gemm_shapes import op_sac_gemms
@@ -150,8 +152,8 @@ def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=Fa
     return checkpoint_input_bytes(model, s, b, tp, sp, cp) + gemms + attn_out + rs
 
 
-def checkpoint_input_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=False,
-                           cp=1):
+def checkpoint_input_bytes(model: ModelSpec, seq_len: int, micro_batch_size: Any,
+                           tp: Any = 1, sp: Any = False, cp: Any = 1) -> Any:
     """Bytes of the input a checkpointed layer keeps, per GPU and micro-batch (full
     recomputation keeps it alone; ``recompute=op`` beside what its policy saves); numbers or
     numpy arrays: ``2·s·b·h·n`` (16-bit), ``/t`` with SP, ``/c``. ``n = hc_streams``: a

@@ -25,8 +25,8 @@ class SpaceMemory:
     """``peak_memory_arrays``' arguments but the columns (``memory.arrays``): ``gpu`` the chip,
     as the memory rule reads it (fp8 weight copies); ``clamp``: the stack runs gpt-oss's eager
     clamp, ``remat_named`` a JAX remat policy; ``loss_bytes``, ``act_cache``,
-    ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs`` the
-    stack's."""
+    ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``,
+    ``mixer_d_inner`` the stack's."""
 
     model: ModelSpec
     dtype: str
@@ -41,13 +41,14 @@ class SpaceMemory:
     dispatch_bytes: float | None = None
     expert_input: float | None = None
     te_inputs: tuple[float, float, float, float] | None = None
+    mixer_d_inner: int | None = None
 
     def peak(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Peak bytes of each row of ``cols``."""
         return peak_memory_arrays(self.model, cols, self.dtype, self.system, self.gpu,
                                   self.clamp, self.remat_named, self.loss_bytes, self.act_cache,
                                   self.optimizer_bytes, self.fsdp2, self.dispatch_bytes,
-                                  self.expert_input, self.te_inputs)
+                                  self.expert_input, self.te_inputs, self.mixer_d_inner)
 
 
 def space_memory(model: ModelSpec, gpu: GPU, dtype: str, stack: FrameworkProfile,
@@ -75,4 +76,6 @@ def space_memory(model: ModelSpec, gpu: GPU, dtype: str, stack: FrameworkProfile
         expert_input=expert_input_bytes(runs_te_experts(stack), dtype, stack.te_version,
                                         gpu.fp8_tn_only),
         # Transformer Engine's dense modules' saved inputs (memory.te_linear_saved)
-        te_inputs=job_te_linear_inputs(stack, dtype, gpu.fp8_tn_only))
+        te_inputs=job_te_linear_inputs(stack, dtype, gpu.fp8_tn_only),
+        # a Mamba-2 mixer's saved d_inner tensors (memory.mixer_saved)
+        mixer_d_inner=stack.mamba_saved_d_inner)

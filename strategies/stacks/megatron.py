@@ -171,7 +171,11 @@ HAI_LLM = replace(
     MEGATRON_CORE, name="hai-llm", loss=LossPasses(),   # HAI-LLM's code is not public
     field_defaults=StackFieldDefaults(
         zero=1, zero_with_pp=1,
-        zero_source="'ZeRO-1 Data Parallelism', DeepSeek-V3 report §3.2"),
+        zero_source="'ZeRO-1 Data Parallelism', DeepSeek-V3 report §3.2",
+        moe_dispatcher="deepep",
+        moe_dispatcher_source="DeepSeek-V3 report §3.2.2: each token to at most 4 nodes, sent "
+                              "once per destination node over IB and forwarded over NVLink "
+                              "(node-deduplicated, the design released as DeepEP)"),
     unfused_mask_bytes=0.0,                              # (its attention path not read)
     dp_bucket=MODEL_BUCKET,
     description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "

@@ -33,6 +33,14 @@ with one named it gets what that stack runs when its configuration says nothing:
 * HAI-LLM: "ZeRO-1 data parallelism" (DeepSeek-V3 report §3.2; the code is not public).
 * Megatron-Core and Megatron-LM 2021: 0 (``--use-distributed-optimizer`` is opt-in).
 
+The token dispatcher (``moe_dispatcher``), where the plan names none, expert parallelism
+runs (``ep > 1``) and the plan does not pad to capacity (DeepEP does not): HAI-LLM's
+node-deduplicated dispatch, ``deepep`` (DeepSeek-V3 report §3.2.2: a token goes to at most 4
+nodes, sent once per destination node over IB and forwarded over NVLink to its GPUs there;
+the design DeepSeek released as DeepEP). Every other stack:
+``Plan``'s ``alltoall`` (Megatron-Core's ``--moe-token-dispatcher-type`` default; the flex
+dispatcher is opt-in).
+
 The recomputation (``recompute``), where the plan names none:
 
 * torchtitan (b5bcd76c6): per-op selective activation checkpointing, ``recompute=op``
@@ -78,7 +86,9 @@ class StackFieldDefaults:
     where data parallelism runs (``dp·cp > 1``, or always where the stack has no ZeRO-0);
     ``sp_with_tp``: sequence parallelism on with ``tp > 1``; ``recompute``: the activation
     recomputation (``Plan.recompute``, whole: no ``recompute_layers``) where the plan names
-    none; ``*_source``: where each comes from (the stack's code, file:line)."""
+    none; ``moe_dispatcher``: the token dispatcher (``plan.DISPATCHERS``) where expert
+    parallelism runs (``ep > 1``) and the plan names none; ``*_source``: where each comes from
+    (the stack's code, file:line)."""
 
     zero: int = 0
     zero_with_pp: int = 0
@@ -87,6 +97,8 @@ class StackFieldDefaults:
     sp_source: str = ""
     recompute: str = "none"
     recompute_source: str = ""
+    moe_dispatcher: str = "alltoall"
+    moe_dispatcher_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,9 @@ def check_field_defaults(fw: "FrameworkProfile") -> None:
     if d.recompute not in fw.recompute:
         raise SpecError("framework.field_defaults.recompute", d.recompute,
                         f"must be one of the stack's recomputations {fw.recompute}")
+    if d.moe_dispatcher not in fw.moe_dispatchers:
+        raise SpecError("framework.field_defaults.moe_dispatcher", d.moe_dispatcher,
+                        f"must be one of the stack's token dispatchers {fw.moe_dispatchers}")
     if d.sp_with_tp and not fw.sequence_parallel:
         raise SpecError("framework.field_defaults.sp_with_tp", True,
                         "the stack has no sequence parallelism")
@@ -159,6 +174,11 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: "Plan",
         out.append(PlanFill("sp", True, f"{who}'s default with tp > 1: {d.sp_source}"))
     if "recompute" not in given and d.recompute != plan.recompute:
         out.append(PlanFill("recompute", d.recompute, f"{who}'s default: {d.recompute_source}"))
+    # DeepEP does not pad to capacity (plan.checks): a plan that pads keeps its dispatcher
+    if "moe_dispatcher" not in given and plan.ep > 1 and d.moe_dispatcher != plan.moe_dispatcher \
+            and not (plan.moe_pad_to_capacity and d.moe_dispatcher == "deepep"):
+        out.append(PlanFill("moe_dispatcher", d.moe_dispatcher,
+                            f"{who}'s default with ep > 1: {d.moe_dispatcher_source}"))
     if "schedule" not in given and pipelined \
             and fw.runnable_schedule(plan.schedule) != plan.schedule:
         out.append(PlanFill("schedule", fw.runnable_schedule(plan.schedule),

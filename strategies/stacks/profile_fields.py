@@ -103,6 +103,9 @@ def check_profile(fw: "FrameworkProfile") -> None:
             not 0 <= fw.tp_overlap_bwd_exposed <= 1:
         raise SpecError("framework.tp_overlap_bwd_exposed", fw.tp_overlap_bwd_exposed,
                         "must be a share in [0, 1]")
+    if isinstance(fw.mamba_saved_d_inner, bool) or fw.mamba_saved_d_inner not in (1, 2, 3):
+        raise SpecError("framework.mamba_saved_d_inner", fw.mamba_saved_d_inner,
+                        "must be 1, 2 or 3 (d_inner-wide tensors a Mamba-2 mixer saves)")
     if fw.cp_kv_heads not in ("kv", "query"):
         raise SpecError("framework.cp_kv_heads", fw.cp_kv_heads,
                         "must be 'kv' or 'query'")

@@ -77,6 +77,12 @@ class StackKernels:
     #: ``qkv_split.qkv_split_is_view``; ``torch.split`` from 2.3; TE's attention's layout
     #: copies in the forward)
     qkv_split: str = ""
+    #: the ``d_inner``-wide tensors a hybrid model's Mamba-2 mixer keeps for its backward
+    #: beside ``zxbcdt`` (``memory.mixer_saved``): 3 on Megatron-Core's mixer (the combined
+    #: function's ``out_x``, the gated norm's input, ``out_proj``'s input:
+    #: ``mamba_mixer.SAVED_D_INNER``), 1 where the combined function runs the norm and
+    #: ``out_proj`` itself and saves ``out_x`` only (NeMo AutoModel without context parallelism)
+    mamba_saved_d_inner: int = 3
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.

@@ -291,6 +291,12 @@ AUTOMODEL = replace(
     # every benchmark config; components/moe/utils.py initialize_rms_norm_module) and TE's
     # attention, not torchtitan's eager norms and repeat_kv (docs/calibration.md §5.157)
     elementwise_kernels="eager_te",
+    # NemotronV3Mamba2Mixer (components/models/nemotron_v3/layers.py L394-408 at cb9765441)
+    # passes rmsnorm_weight and outproj_weight to mamba_split_conv1d_scan_combined without
+    # CP: MambaSplitConv1dScanCombinedFn saves zxbcdt and out_x (mamba_ssm v2.2.6
+    # ssd_combined.py l.835-836) and recomputes the norm's output for out_proj's weight
+    # gradient (recompute_output): one d_inner tensor (memory.mixer_saved)
+    mamba_saved_d_inner=1,
     # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:
     # dtype=get_dtype(config.torch_dtype, torch.bfloat16), initialize_weights(dtype=bf16)):
     # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
