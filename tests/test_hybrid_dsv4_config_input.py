@@ -20,13 +20,14 @@ PLAN = ["--cluster", "dgx-h100:1", "--plan", "tp=1,pp=1,ep=8,mbs=1,gbs=32"]
 
 @pytest.mark.parametrize("change,words", [
     ({"hybrid_override_pattern": NANO["hybrid_override_pattern"].lower()},
-     ["hybrid_override_pattern='e'", "unknown layer character"]),
+     [f"hybrid_override_pattern='{NANO['hybrid_override_pattern'].lower()}'",
+      "unknown layer character 'e'"]),
     ({"hybrid_override_pattern": "MEMEX*" + "M" * 46},
-     ["hybrid_override_pattern='X'", "unknown layer character"]),
+     ["hybrid_override_pattern='MEMEX*" + "M" * 46 + "'", "unknown layer character 'X'"]),
     ({"hybrid_override_pattern": 12345},
      ["hybrid_override_pattern=12345", "non-empty string of M, *, -, E"]),
     ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*e"},
-     ["mtp_hybrid_override_pattern='*e'", "unknown layer character"]),
+     ["mtp_hybrid_override_pattern='*e'", "unknown layer character 'e'"]),
 ])
 def test_bad_pattern_names_the_key_and_character(tmp_path, capsys, change, words):
     path = tmp_path / "config.json"

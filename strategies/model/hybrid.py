@@ -118,14 +118,14 @@ class HybridShapes:
 
 def check_pattern(field: str, p: object) -> str:
     """``p`` if it is a hybrid pattern: a non-empty string of ``PATTERN_KINDS`` characters
-    (upper case, as Megatron-Core's); else ``SpecError`` naming ``field``, the value (or
-    its first unknown character) and the rule. The one check of the main pattern, the MTP
+    (upper case, as Megatron-Core's); else ``SpecError`` naming ``field``, the whole value and
+    the rule (with its first unknown character). The one check of the main pattern, the MTP
     block's and the config.json readers'."""
     if not isinstance(p, str) or not p:
         raise SpecError(field, p, "must be a non-empty string of M, *, -, E")
     bad = sorted(set(p) - set(PATTERN_KINDS))
     if bad:
-        raise SpecError(field, bad[0], "unknown layer character; allowed: M (Mamba-2),"
+        raise SpecError(field, p, f"has unknown layer character {bad[0]!r}; allowed: M (Mamba-2),"
                         " * (attention), - (MLP), E (MoE) (Megatron-Core's hybrid pattern; a "
                         "pipeline split '|' or an MTP part '/' is not read here)")
     return p
