@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The eager expert path's cost per local expert against the public measurements of it
-(docs/calibration.md §5.177). Nothing is fitted; no cost of the model changes here.
+(docs/calibration.md §5.181). Nothing is fitted; no cost of the model changes here.
 
 Run (a few seconds; ``--whatif`` about half a minute, analytic only):
 

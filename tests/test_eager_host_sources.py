@@ -1,4 +1,4 @@
-"""``experiments/eager_host_sources.py`` (docs/calibration.md §5.177): what Transformer
+"""``experiments/eager_host_sources.py`` (docs/calibration.md §5.181): what Transformer
 Engine's unfused ``GroupedLinear`` runs per local expert, the public measurements of it, and
 the finding that none prices the eager rows' extra time per local expert."""
 from __future__ import annotations
