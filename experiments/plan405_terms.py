@@ -4,13 +4,14 @@ Cloud / NeMo 2025's tp4 pp8 vp8 cp2 (GBS 64-256, 32 micro-batches) against Megat
 25.11+'s tp4 pp16 vp4 cp1 (GBS 1536, 384 micro-batches). Every figure is GPU-microseconds per
 trained token (a term's seconds x GPUs / tokens per step), so the plans read side by side.
 
-    python experiments/plan405_terms.py      # tables 1-5 (a few seconds)
+    python experiments/plan405_terms.py      # tables 1-6 (a few seconds)
 
 Table 1: each GB200 row's step by term. Table 2: the model moved from one plan to the other one
 field at a time. Table 3: one layer per token by GEMM shape (the TP-overlap pieces) at cp 2 and
 cp 1. Table 4: the same-container rows of the old plan on DGX-B200 and GB200 (Megatron-Bridge's
 25.09/25.11 tables, ``COMPARATORS``), measured against the model. Table 5: the within-release
-plan ratios, measured against the model.
+plan ratios, measured against the model. Table 6: what the measured ratio would ask of each of
+the old plan's terms alone.
 """
 from __future__ import annotations
 
@@ -220,6 +221,21 @@ def implied_plan_ratios(pairs: list[tuple[str, float, float]],
     return out
 
 
+def needed_excess(cs: dict[str, Case]) -> tuple[float, dict[str, float]]:
+    """What the measured old/new ratio (26.04.01) asks of the old plan if the new plan's
+    estimate stood: the GPU-µs per token the old row's estimate lacks, and each candidate
+    term of the old row (GPU-µs per token; attention and GEMMs as their shares of the compute
+    term, ``layer_parts``) with the factor it would need to carry that alone."""
+    old, new = cs[OLD], cs[NEW]
+    t = per_token(old.job)
+    ratio = measured_per_token(old) / measured_per_token(new)
+    extra = ratio * per_token(new.job)["step"] - t["step"]
+    p = layer_parts(old.job)
+    terms = {k: t[k] for k in ("bubble", "pp_comm", "dp_comm", "optimizer", "cp_comm", "tp_comm")}
+    terms.update({k: t["compute"] * p[k] / p["total"] for k in ("attention", "gemm")})
+    return extra, terms
+
+
 def _plan(job: Job) -> str:
     P = job.plan
     return f"tp{P.tp} pp{P.pp} vp{P.vpp} cp{P.cp} GBS {P.gbs} m {job.num_microbatches}"
@@ -296,6 +312,14 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for label, f, r in implied_plan_ratios(pairs, gpu_factor):
         print(f"| {label} | {f:.3f} | {r:.3f} | {r / model_ratio:.3f} |")
+    extra, terms = needed_excess(cs)
+    print(f"\nTable 6: the measured old/new ratio (26.04.01) with the new plan's estimate kept "
+          f"asks the old row for {extra:.1f} GPU-µs per token more "
+          f"({extra * tokens_per_gpu(old.job) / 1e6:.2f} s per step); each candidate term alone\n")
+    print("| old-plan term | GPU-µs per token | factor to carry it alone |")
+    print("|---|---:|---:|")
+    for k, v in terms.items():
+        print(f"| {k} | {v:.1f} | {(v + extra) / v:.1f} |")
 
 
 if __name__ == "__main__":

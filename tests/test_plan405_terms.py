@@ -7,8 +7,8 @@ import pytest
 from experiments.llama405_blackwell import layer_parts
 from experiments.plan405_terms import (COMPARATORS, NEW, OLD, TERMS, all_cases, comparator_job,
                                        gemm_rows, implied_plan_ratios, ladder, measured_per_token,
-                                       model_tokens, per_token, plan_ratio, rejob, release_pairs,
-                                       tokens_per_gpu)
+                                       model_tokens, needed_excess, per_token, plan_ratio, rejob,
+                                       release_pairs, tokens_per_gpu)
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +69,14 @@ def test_comparators_and_within_release_pairs(cs):
     assert implied[0][2] == pytest.approx(meas / gpu_factor, rel=1e-12)
     assert implied[0][2] / model_ratio == pytest.approx(meas / mod, rel=1e-12)
     assert implied[1][2] > 1.3 > implied[2][2] > implied[0][2]
+
+
+def test_needed_excess_closes_the_measured_ratio(cs):
+    extra, terms = needed_excess(cs)
+    old, new = per_token(cs[OLD].job)["step"], per_token(cs[NEW].job)["step"]
+    ratio = measured_per_token(cs[OLD]) / measured_per_token(cs[NEW])
+    assert (old + extra) / new == pytest.approx(ratio, rel=1e-12)
+    assert extra > 0.15 * old                  # a fifth of the old row's step
+    # attention and GEMMs are shares of the compute term, below it together
+    assert terms["attention"] + terms["gemm"] < per_token(cs[OLD].job)["compute"]
+    assert min((v + extra) / v for v in terms.values()) > 1.2
