@@ -63,31 +63,26 @@ class Comparator:
 
 #: Megatron-Bridge's 25.09 and 25.11 tables: the old plan beside the new one in one container
 #: (the parenthesised figures are the 32x32-block MXFP8 runs, the tables' footnote; 25.09's
-#: GB200 row puts its old plan in the parentheses, FSDP 0 TP 4 PP 8 CP 2 VP 8 GA 32)
-COMPARATORS = (
-    Comparator("405b", "25.09", "B200", "fp8-current", 664, B200_OLD,
-               ARCHIVE.format(r="25.09", s="DGX-B200", m="LLAMA3.1_405B")),
-    Comparator("405b", "25.09", "B200", "mxfp8", 622, B200_OLD,
-               ARCHIVE.format(r="25.09", s="DGX-B200", m="LLAMA3.1_405B")),
-    Comparator("405b", "25.09", "GB200", "mxfp8", 578, "nemo2504_llama3405b_gb200_128",
-               ARCHIVE.format(r="25.09", s="DGX-GB200", m="LLAMA3.1_405B")),
-    Comparator("405b", "25.11", "B200", "fp8-current", 661, B200_OLD,
-               ARCHIVE.format(r="25.11", s="DGX-B200", m="LLAMA3.1_405B")),
-    Comparator("405b", "25.11", "B200", "mxfp8", 624, B200_OLD,
-               ARCHIVE.format(r="25.11", s="DGX-B200", m="LLAMA3.1_405B")),
-    Comparator("8b", "25.09", "B200", "fp8-current", 29994, B200_8B,
-               ARCHIVE.format(r="25.09", s="DGX-B200", m="LLAMA3_8B")),
-    Comparator("8b", "25.09", "GB200", "fp8-current", 31357, GB200_8B,
-               ARCHIVE.format(r="25.09", s="DGX-GB200", m="LLAMA3_8B")),
-    Comparator("8b", "25.11", "B200", "fp8-current", 30624, B200_8B,
-               ARCHIVE.format(r="25.11", s="DGX-B200", m="LLAMA3_8B")),
-    Comparator("8b", "25.11", "GB200", "fp8-current", 31508, GB200_8B,
-               ARCHIVE.format(r="25.11", s="DGX-GB200", m="LLAMA3_8B")),
-)
+#: GB200 row puts its old plan in the parentheses, FSDP 0 TP 4 PP 8 CP 2 VP 8 GA 32), and the
+#: 8B job on both parts: (model, release, GPU, dtype, tokens/s per GPU as printed)
+_PRINTED = (("405b", "25.09", "B200", "fp8-current", 664), ("405b", "25.09", "B200", "mxfp8", 622),
+            ("405b", "25.09", "GB200", "mxfp8", 578), ("405b", "25.11", "B200", "fp8-current", 661),
+            ("405b", "25.11", "B200", "mxfp8", 624), ("8b", "25.09", "B200", "fp8-current", 29994),
+            ("8b", "25.09", "GB200", "fp8-current", 31357),
+            ("8b", "25.11", "B200", "fp8-current", 30624),
+            ("8b", "25.11", "GB200", "fp8-current", 31508))
+#: each model and part's reference row (the job re-priced) and its name in the tables
+_BASES = {("405b", "B200"): B200_OLD, ("405b", "GB200"): "nemo2504_llama3405b_gb200_128",
+          ("8b", "B200"): B200_8B, ("8b", "GB200"): GB200_8B}
+_NAMES = {"405b": "LLAMA3.1_405B", "8b": "LLAMA3_8B"}
+COMPARATORS = tuple(
+    Comparator(m, r, g, dt, tok, _BASES[(m, g)], ARCHIVE.format(r=r, s=f"DGX-{g}", m=_NAMES[m]))
+    for m, r, g, dt, tok in _PRINTED)
 
 
 def all_cases() -> dict[str, Case]:
-    """``llama405_blackwell.cases`` and the NeMo performance-summary 405B rows, by id."""
+    """``llama405_blackwell.cases``, the NeMo performance-summary 405B rows and its two 8B
+    rows the comparators re-price (``B200_8B``, ``GB200_8B``), by id."""
     out = cases()
     rows = load_reference(os.path.join(DATA, "nemo_performance_25.json"))
     for r in rows:
