@@ -14,7 +14,9 @@ catalog's sustained large-GEMM rate (``peak · gemm_efficiency``), TFLOP/s.
 Table 2: the rules that could carry a measured sustained ratio from one part or precision to
 another, each checked where a measurement exists: the bf16 power rule applied to fp8, GB200's
 measured fp8 ratio carried by the power rule (``sm100_fp8_ratio``; adopted for B200, the same
-sm_100 die), and the catalog's fp4 = fp8-fraction rule against the harness's fp4 runs.
+sm_100 die), and the fp4 = fp8-fraction rule against the harness's fp4 runs (the catalog's
+for GB200; GB300's catalog fp4 is the fp8 fraction times the harness's fp4-over-fp8 fraction,
+§5.178).
 
 ``--pairs``: the same model on B200 (NeMo 25.02) and GB200 (NeMo 25.04), measured and modelled
 GB200 speed-up (analytic estimate).
@@ -29,10 +31,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from topologies.gpus import get_gpu  # noqa: E402
-from topologies.gpus.sustained import (AZURE_FP8_SUSTAINED, B200_FP8_MAMF,  # noqa: E402
+from topologies.gpus.sustained import (AZURE_FP4_SUSTAINED,  # noqa: E402
+                                       AZURE_FP8_SUSTAINED, B200_FP8_MAMF,
                                        B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,
-                                       HOPPER_FP8, HOPPER_FP8_PEAK, harness_ratio,
-                                       sm100_fp8_ratio, sustained_ratio)
+                                       HOPPER_FP8, HOPPER_FP8_PEAK, fp4_over_fp8_fraction,
+                                       harness_ratio, sm100_fp8_ratio, sustained_ratio)
 
 #: mamf-finder bursts, TFLOP/s (ml-engineering 744d01e, compute/accelerator/README.md, the
 #: "Maximum Achievable Matmul FLOPS" tables; torch 2.7.1+cu128 on B200, 2.9.1+cu130 on B300,
@@ -42,11 +45,9 @@ MAMF = {("B200-SXM-180GB", "bf16"): 1745.0, ("B200-SXM-180GB", "fp8"): B200_FP8_
         ("GB200", "bf16"): 1822.0, ("GB200", "fp8"): 3615.6}
 #: B200's bf16 node MSMF, slowest GPU of 8 (the catalog's source, §3.1), TFLOP/s
 B200_NODE_MSMF = 1421.0
-#: the Azure harness's fp4 (cuBLASLt ``fp4e2m1``) runs, same files, driver and warm-up as its fp8
-#: rows (``AZURE_FP8_SUSTAINED``): TFLOP/s at m = n = k = 16384 and 32768
-#: (Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md @2a370be6, CUDA 12.8;
-#: egmsft/AI-benchmarking-guide Azure_Results/ND_GB300_v6_results.md @18e80a21, CUDA 13.0)
-AZURE_FP4_SUSTAINED = {"GB200": (7627.6, 7487.2), "GB300": (8640.3, 8555.1)}
+# the Azure harness's NVFP4 runs (``AZURE_FP4_SUSTAINED``, topologies.gpus.sustained):
+# Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md @2a370be6, CUDA 12.8;
+# egmsft/AI-benchmarking-guide Azure_Results/ND_GB300_v6_results.md @18e80a21, CUDA 13.0
 #: other public Blackwell figures (burst, not sustained): flashinfer PR #2256 (B200, batch
 #: 128 x 512 x 512 x 4096) MXFP8 vs per-tensor fp8, TFLOP/s; DeepGEMM PR #348 (B200, CUDA 12.9,
 #: 8192^3) MXF4 x MXF4: DeepGEMM and cuBLAS (cublasTest 13.3), TFLOP/s
@@ -102,18 +103,22 @@ def rule_rows() -> list[tuple]:
             h300)]
     for part in AZURE_FP4_SUSTAINED:
         g = get_gpu(part)
-        out.append((f"{part} fp4: the fp8 fraction (catalog)", g.gemm_efficiency("fp4"),
-                    harness_fraction(AZURE_FP4_SUSTAINED[part], part, "fp4")))
+        meas = harness_fraction(AZURE_FP4_SUSTAINED[part], part, "fp4")
+        out.append((f"{part} fp4: the fp8 fraction" + (" (catalog)" if part == "GB200" else ""),
+                    g.gemm_efficiency("fp8"), meas))
+        if g.fp4_matmul_efficiency is not None:
+            out.append((f"{part} fp4: the fp8 fraction x the harness's fp4/fp8 (catalog)",
+                        g.gemm_efficiency("fp4"), meas))
     return [(name, p, m, p / m - 1) for name, p, m in out]
 
 
 def fp4_over_fp8() -> list[tuple]:
     """``(part, harness fp4 / fp8 rate, datasheet fp4 / fp8 peak)``: one run, one GPU."""
     out = []
-    for part, fp4 in AZURE_FP4_SUSTAINED.items():
+    for part in AZURE_FP4_SUSTAINED:
         g = get_gpu(part)
-        out.append((part, statistics.mean(a / b for a, b in zip(fp4, AZURE_FP8_SUSTAINED[part])),
-                    g.peak("fp4") / g.peak("fp8")))
+        p8, p4 = g.peak("fp8") / 1e12, g.peak("fp4") / 1e12
+        out.append((part, fp4_over_fp8_fraction(part, p8, p4) * p4 / p8, p4 / p8))
     return out
 
 
@@ -163,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {p:.3f} | {m:.3f} | {100 * e:+.1f} % |")
 
     print("\nTable 3: fp4 over fp8 on one harness run\n")
-    print("| part | harness fp4 / fp8 rate | datasheet fp4 / fp8 peak | catalog |")
+    print("| part | harness fp4 / fp8 rate | datasheet fp4 / fp8 peak | catalog fp4 / fp8 rate |")
     print("|---|---:|---:|---:|")
     for part, h, d in fp4_over_fp8():
-        print(f"| {part} | {h:.3f} | {d:.3f} | {d:.3f} |")
+        cat = catalog_tflops(part, "fp4") / catalog_tflops(part, "fp8")
+        print(f"| {part} | {h:.3f} | {d:.3f} | {cat:.3f} |")
 
     b200, gb200 = catalog_tflops("B200-SXM-180GB", "fp8"), catalog_tflops("GB200", "fp8")
     old = B200_FP8_MAMF * B200_SUSTAINED_RATIO

@@ -48,15 +48,18 @@ def test_same_die_less_power_is_never_faster():
 def test_carrying_rules_against_the_harness():
     """Where the Azure harness tests a rule: the bf16 rule is 14 % above GB200's fp8 and 1.8 %
     above GB300's; GB200's fp8 ratio carried to GB300 would be 10.6 % below GB300's measurement
-    (so sm_103 keeps the bf16 rule); the catalog's fp4 = fp8-fraction rule misses both fp4 runs
-    by more than 15 %, in opposite directions (not adopted, §5.77)."""
+    (so sm_103 keeps the bf16 rule); the fp4 = fp8-fraction rule misses both fp4 runs by more
+    than 15 %, in opposite directions (§5.77); GB300's catalog fp4 (§5.178: the fp8 fraction
+    times the harness's fp4-over-fp8 fraction) is within the fp8 rule's own 1.8 %."""
     rows = {name: err for name, _p, _m, err in br.rule_rows()}
     assert rows["GB200 fp8: bf16 power rule"] == pytest.approx(0.140, abs=0.002)
     assert rows["GB300 fp8: bf16 power rule (catalog)"] == pytest.approx(0.018, abs=0.002)
     assert rows["GB300 fp8: GB200's fp8 carried by the power rule"] == pytest.approx(-0.106,
                                                                                      abs=0.002)
     assert rows["GB200 fp4: the fp8 fraction (catalog)"] < -0.15
-    assert rows["GB300 fp4: the fp8 fraction (catalog)"] > 0.15
+    assert rows["GB300 fp4: the fp8 fraction"] > 0.15
+    assert rows["GB300 fp4: the fp8 fraction x the harness's fp4/fp8 (catalog)"] == \
+        pytest.approx(rows["GB300 fp8: bf16 power rule (catalog)"], abs=1e-4)
 
 
 def test_harness_fp4_figures_and_ratios():
