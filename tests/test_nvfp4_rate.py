@@ -76,3 +76,58 @@ def test_custom_gpu_round_trips_the_fp4_efficiency():
     assert d["fp4_matmul_efficiency"] == g.fp4_matmul_efficiency
     assert gpu_from_mapping(d) == g
     assert "fp4_matmul_efficiency" not in gpu_to_mapping(replace(get_gpu("GB200"), name="x"))
+
+
+def test_te_before_2_14_reads_each_nvfp4_tensor_once_more():
+    """``splits_rht_cast``: NVFP4 under Transformer Engine v2.8-v2.13 only (None: the newest
+    rules); never for the per-tensor fp8 or MXFP8 recipes."""
+    from strategies.cost.quantise import TE_FUSED_RHT_CAST, splits_rht_cast
+    assert TE_FUSED_RHT_CAST == (2, 14)
+    assert [splits_rht_cast("nvfp4", v) for v in (None, (2, 9), (2, 13), (2, 14), (2, 16))] \
+        == [False, True, True, False, False]
+    for d in ("bf16", "fp8", "fp8-current", "mxfp8", "fp8-blockwise"):
+        assert not splits_rht_cast(d, (2, 9))
+
+
+@pytest.mark.parametrize("preset", ["llama3-70b", "qwen3-30b-a3b", "deepseek-v3"])
+def test_split_rht_cast_closed_form(preset):
+    """The split costs 2 B per element of every cast but the routed experts' (whose grouped
+    kernel was fused already): a dense model's whole cast elements, a MoE model's without its
+    routed experts' (``layer_cast_elements(routed=False)``), to floating-point precision."""
+    from strategies.cost import quantise
+    from strategies.presets import model_preset
+    m, g = model_preset(preset), get_gpu("GB300")
+    b, tp, cp, sp = 1, 4, 1, True
+    f0, b0 = quantise.layer_cast_bytes(m, b, tp, cp, sp, g, "nvfp4", True)
+    f1, b1 = quantise.layer_cast_bytes(m, b, tp, cp, sp, g, "nvfp4", True, split_rht=True)
+    (lf, lu), (lbf, lbu) = quantise.layer_cast_elements(m, b, tp, cp, sp, True, routed=False)
+    assert f1 - f0 == pytest.approx(2.0 * (lf + lu), rel=1e-12)
+    assert b1 - b0 == pytest.approx(2.0 * (lbf + lbu), rel=1e-12)
+    (af, au), (abf, abu) = quantise.layer_cast_elements(m, b, tp, cp, sp, True)
+    if m.layer_shares().get("moe", 0.0) == 0.0:
+        assert (lf + lu, lbf + lbu) == pytest.approx((af + au, abf + abu), rel=1e-15)
+    else:
+        assert lf + lu < af + au and lbf + lbu < abf + abu
+
+
+def test_cast_time_reads_the_stacks_te_release():
+    """``cast_time`` prices the split on a stack whose Transformer Engine is before v2.14 and
+    nowhere else: the difference is the closed form's bytes over the usable HBM rate."""
+    from dataclasses import replace as rep
+    from strategies.cost import elementwise_time, hbm_rate, quantise
+    from strategies.framework import get_profile
+    from strategies.presets import model_preset
+    m, g = model_preset("llama3-70b"), get_gpu("GB300")
+    fw = get_profile("megatron-core")
+    old, new = rep(fw, te_version=(2, 13)), rep(fw, te_version=(2, 14))
+    t_old = elementwise_time.cast_time(m, 1, 4, 1, True, g, "nvfp4", fw=old)
+    t_new = elementwise_time.cast_time(m, 1, 4, 1, True, g, "nvfp4", fw=new)
+    assert t_new == elementwise_time.cast_time(m, 1, 4, 1, True, g, "nvfp4",
+                                               fw=rep(fw, te_version=None))
+    (lf, lu), (lbf, lbu) = quantise.layer_cast_elements(m, 1, 4, 1, True, fw.grouped_mlp_casts,
+                                                        fw.mlp_act_casts, routed=False)
+    hbm = hbm_rate.usable_hbm(g)
+    assert t_old[0] - t_new[0] == pytest.approx(2.0 * (lf + lu) / hbm, rel=1e-12)
+    assert t_old[1] - t_new[1] == pytest.approx(2.0 * (lbf + lbu) / hbm, rel=1e-12)
+    assert elementwise_time.cast_time(m, 1, 4, 1, True, g, "mxfp8", fw=old) == \
+        elementwise_time.cast_time(m, 1, 4, 1, True, g, "mxfp8", fw=new)
