@@ -6,6 +6,7 @@ Run (a few seconds, analytic only):
 
     python experiments/blackwell_rates.py            # Markdown tables on stdout
     python experiments/blackwell_rates.py --pairs    # + NeMo 25.02 B200 / 25.04 GB200 pairs
+    python experiments/blackwell_rates.py --fp4-what-if  # + every nvfp4 row under the fp4 rules
 
 Table 1: per part and precision, the datasheet dense peak, mamf-finder's burst (MAMF), the
 public sustained measurements (B200's node MSMF, the Azure harness's cuBLASLt runs) and the
@@ -145,10 +146,66 @@ def pair_rows() -> list[tuple]:
     return out
 
 
+def sm100_fp4_ratio_rows() -> list[tuple]:
+    """The sm_100 fp4 fraction over fp8's by source: GB200's harness runs (sustained, one
+    harness) and B200's burst MXF4 GEMMs at 8192³ (DeepGEMM PR #348) over B200's fp8 MAMF
+    fraction: ``(source, ratio)``."""
+    b200 = get_gpu("B200")
+    fp8_burst = B200_FP8_MAMF / (b200.peak("fp8") / 1e12)
+    p4 = b200.peak("fp4") / 1e12
+    return [("GB200, Azure harness (sustained, 16384³ / 32768³)",
+             fp4_over_fp8_fraction("GB200", 5000.0, 10000.0)),
+            ("B200, DeepGEMM MXF4 8192³ / fp8 MAMF (burst)",
+             DEEPGEMM_B200_MXF4_8192[0] / p4 / fp8_burst),
+            ("B200, cuBLAS MXF4 8192³ / fp8 MAMF (burst)",
+             DEEPGEMM_B200_MXF4_8192[1] / p4 / fp8_burst)]
+
+
+def fp4_what_if() -> list[tuple]:
+    """Analytic error of every nvfp4 row of the 2026 Megatron-Bridge files with the catalog's
+    fp4 rates, with every Blackwell part's fp4 at its fp8 fraction (the catalog before
+    §5.178), and with B200's and GB200's too at GB200's harness ratio (1.32, not adopted), by
+    replacing catalog entries: ``(file, run, now %, fp8 fraction %, sm_100 at 1.32 %)``."""
+    import dataclasses
+
+    import topologies.gpus.catalog as gp
+    from simulator.studies.validate import load_cases
+    from strategies.estimate.scalar import estimate
+
+    r100 = fp4_over_fp8_fraction("GB200", 5000.0, 10000.0)
+    base = {n: gp.GPUS[n] for n in PARTS}
+    variants = [{n: dataclasses.replace(g, fp4_matmul_efficiency=None) for n, g in base.items()},
+                {n: dataclasses.replace(g, fp4_matmul_efficiency=g.fp8_matmul_efficiency * r100)
+                 if g.fp4_matmul_efficiency is None else g for n, g in base.items()}]
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "strategies", "reference", "data")
+    def errors(path: str) -> dict[str, float]:
+        """Each nvfp4 row's analytic error (%), its GPUs read from the catalog at load."""
+        return {c.id: 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
+                for c in load_cases(path, tiers=None)
+                if c.job is not None and c.measured_step_s is not None
+                and c.job.dtype == "nvfp4"}
+
+    out = []
+    for f in ("megatron_bridge_2604.json", "heldout_2026b.json", "hybrid_2026.json"):
+        path = os.path.join(data, f)
+        errs = [errors(path)]
+        for v in variants:
+            gp.GPUS.update(v)
+            try:
+                errs.append(errors(path))
+            finally:
+                gp.GPUS.update(base)
+        out += [(f, i, *(e[i] for e in errs)) for i in errs[0]]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", action="store_true",
                     help="NeMo 25.02 B200 / 25.04 GB200 pairs: measured and model speed-up")
+    ap.add_argument("--fp4-what-if", action="store_true",
+                    help="every nvfp4 row now, at the fp8 fraction, and with sm_100 at 1.32")
     args = ap.parse_args(argv)
 
     print("Table 1: public figures and the catalog's sustained rate, TFLOP/s\n")
@@ -186,6 +243,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{mx / pt:.3f}; B200 MXF4 8192³ (DeepGEMM PR #348, burst): "
           f"{DEEPGEMM_B200_MXF4_8192[0]:.0f} DeepGEMM, {DEEPGEMM_B200_MXF4_8192[1]:.0f} cuBLAS "
           f"of {get_gpu('B200').peak('fp4') / 1e12:.0f}")
+
+    print("\nTable 5: sm_100's fp4 fraction over its fp8 fraction, by source\n")
+    print("| source | fp4 / fp8 fraction |")
+    print("|---|---:|")
+    for src, r in sm100_fp4_ratio_rows():
+        print(f"| {src} | {r:.3f} |")
+
+    if args.fp4_what_if:
+        print("\nTable 6: nvfp4 rows (analytic error): catalog; every part at the fp8 fraction "
+              "(before §5.178); B200 and GB200 also at GB200's harness ratio (not adopted)\n")
+        print("| file | run | catalog | fp8 fraction | + sm_100 at 1.32 |")
+        print("|---|---|---:|---:|---:|")
+        for f, i, now, frac, s100 in fp4_what_if():
+            print(f"| {f} | {i} | {now:+.1f} % | {frac:+.1f} % | {s100:+.1f} % |")
 
     if args.pairs:
         print("\nTable 4: NeMo 25.02 (B200) against 25.04 (GB200), same model and GPU count\n")

@@ -85,3 +85,29 @@ def test_script_runs(capsys):
     assert br.main(["--pairs"]) == 0
     out = capsys.readouterr().out
     assert "Table 4" in out and "| GB200 | fp8 | 5000 | 3615.6 |" in out
+
+
+def test_sm100_fp4_sources_disagree():
+    """sm_100's fp4-over-fp8 fraction: GB200's sustained harness runs 1.318, B200's burst MXF4
+    GEMMs at 8192³ over its fp8 MAMF 0.831 (DeepGEMM) and 0.763 (cuBLAS): on either side of 1,
+    so B200 and GB200 keep fp4 at the fp8 fraction (§5.178)."""
+    rows = dict(br.sm100_fp4_ratio_rows())
+    vals = list(rows.values())
+    assert vals[0] == pytest.approx(1.318, abs=1e-3)
+    assert vals[1] == pytest.approx(5702 / 9000 / (3432.5 / 4500), rel=1e-12)
+    assert vals[2] == pytest.approx(5239 / 9000 / (3432.5 / 4500), rel=1e-12)
+    assert vals[0] > 1.0 > vals[1] > vals[2]
+
+
+def test_fp4_what_if_moves_only_the_parts_each_rule_touches():
+    """Table 6: the fp8-fraction column moves only the sm_103 rows (slower catalog now: the
+    catalog's error is above the fp8 fraction's), the sm_100 column only the B200/GB200 rows
+    (faster: lower error); each row's GPU read from its id."""
+    rows = br.fp4_what_if()
+    assert len(rows) == 10
+    for _f, rid, now, frac, s100 in rows:
+        ultra = "_gb300_" in rid or "_b300_" in rid
+        if ultra:
+            assert now > frac and s100 == now, rid
+        else:
+            assert frac == now and s100 < now, rid
