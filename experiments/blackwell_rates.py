@@ -6,6 +6,7 @@ Run (a few seconds, analytic only):
 
     python experiments/blackwell_rates.py            # Markdown tables on stdout
     python experiments/blackwell_rates.py --pairs    # + NeMo 25.02 B200 / 25.04 GB200 pairs
+    python experiments/blackwell_rates.py --fp4-what-if  # + every nvfp4 row under the fp4 rules
 
 Table 1: per part and precision, the datasheet dense peak, mamf-finder's burst (MAMF), the
 public sustained measurements (B200's node MSMF, the Azure harness's cuBLASLt runs) and the
@@ -14,7 +15,9 @@ catalog's sustained large-GEMM rate (``peak · gemm_efficiency``), TFLOP/s.
 Table 2: the rules that could carry a measured sustained ratio from one part or precision to
 another, each checked where a measurement exists: the bf16 power rule applied to fp8, GB200's
 measured fp8 ratio carried by the power rule (``sm100_fp8_ratio``; adopted for B200, the same
-sm_100 die), and the catalog's fp4 = fp8-fraction rule against the harness's fp4 runs.
+sm_100 die), and the fp4 = fp8-fraction rule against the harness's fp4 runs (the catalog's
+for GB200; GB300's catalog fp4 is the fp8 fraction times the harness's fp4-over-fp8 fraction,
+§5.178).
 
 ``--pairs``: the same model on B200 (NeMo 25.02) and GB200 (NeMo 25.04), measured and modelled
 GB200 speed-up (analytic estimate).
@@ -29,10 +32,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from topologies.gpus import get_gpu  # noqa: E402
-from topologies.gpus.sustained import (AZURE_FP8_SUSTAINED, B200_FP8_MAMF,  # noqa: E402
+from topologies.gpus.sustained import (AZURE_FP4_SUSTAINED,  # noqa: E402
+                                       AZURE_FP8_SUSTAINED, B200_FP8_MAMF,
                                        B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,
-                                       HOPPER_FP8, HOPPER_FP8_PEAK, harness_ratio,
-                                       sm100_fp8_ratio, sustained_ratio)
+                                       HOPPER_FP8, HOPPER_FP8_PEAK, fp4_over_fp8_fraction,
+                                       harness_ratio, sm100_fp8_ratio, sustained_ratio)
 
 #: mamf-finder bursts, TFLOP/s (ml-engineering 744d01e, compute/accelerator/README.md, the
 #: "Maximum Achievable Matmul FLOPS" tables; torch 2.7.1+cu128 on B200, 2.9.1+cu130 on B300,
@@ -42,11 +46,9 @@ MAMF = {("B200-SXM-180GB", "bf16"): 1745.0, ("B200-SXM-180GB", "fp8"): B200_FP8_
         ("GB200", "bf16"): 1822.0, ("GB200", "fp8"): 3615.6}
 #: B200's bf16 node MSMF, slowest GPU of 8 (the catalog's source, §3.1), TFLOP/s
 B200_NODE_MSMF = 1421.0
-#: the Azure harness's fp4 (cuBLASLt ``fp4e2m1``) runs, same files, driver and warm-up as its fp8
-#: rows (``AZURE_FP8_SUSTAINED``): TFLOP/s at m = n = k = 16384 and 32768
-#: (Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md @2a370be6, CUDA 12.8;
-#: egmsft/AI-benchmarking-guide Azure_Results/ND_GB300_v6_results.md @18e80a21, CUDA 13.0)
-AZURE_FP4_SUSTAINED = {"GB200": (7627.6, 7487.2), "GB300": (8640.3, 8555.1)}
+# the Azure harness's NVFP4 runs (``AZURE_FP4_SUSTAINED``, topologies.gpus.sustained):
+# Azure/AI-benchmarking-guide Azure_Results/ND_GB200_v6_results.md @2a370be6, CUDA 12.8;
+# egmsft/AI-benchmarking-guide Azure_Results/ND_GB300_v6_results.md @18e80a21, CUDA 13.0
 #: other public Blackwell figures (burst, not sustained): flashinfer PR #2256 (B200, batch
 #: 128 x 512 x 512 x 4096) MXFP8 vs per-tensor fp8, TFLOP/s; DeepGEMM PR #348 (B200, CUDA 12.9,
 #: 8192^3) MXF4 x MXF4: DeepGEMM and cuBLAS (cublasTest 13.3), TFLOP/s
@@ -102,18 +104,22 @@ def rule_rows() -> list[tuple]:
             h300)]
     for part in AZURE_FP4_SUSTAINED:
         g = get_gpu(part)
-        out.append((f"{part} fp4: the fp8 fraction (catalog)", g.gemm_efficiency("fp4"),
-                    harness_fraction(AZURE_FP4_SUSTAINED[part], part, "fp4")))
+        meas = harness_fraction(AZURE_FP4_SUSTAINED[part], part, "fp4")
+        out.append((f"{part} fp4: the fp8 fraction" + (" (catalog)" if part == "GB200" else ""),
+                    g.gemm_efficiency("fp8"), meas))
+        if g.fp4_matmul_efficiency is not None:
+            out.append((f"{part} fp4: the fp8 fraction x the harness's fp4/fp8 (catalog)",
+                        g.gemm_efficiency("fp4"), meas))
     return [(name, p, m, p / m - 1) for name, p, m in out]
 
 
 def fp4_over_fp8() -> list[tuple]:
     """``(part, harness fp4 / fp8 rate, datasheet fp4 / fp8 peak)``: one run, one GPU."""
     out = []
-    for part, fp4 in AZURE_FP4_SUSTAINED.items():
+    for part in AZURE_FP4_SUSTAINED:
         g = get_gpu(part)
-        out.append((part, statistics.mean(a / b for a, b in zip(fp4, AZURE_FP8_SUSTAINED[part])),
-                    g.peak("fp4") / g.peak("fp8")))
+        p8, p4 = g.peak("fp8") / 1e12, g.peak("fp4") / 1e12
+        out.append((part, fp4_over_fp8_fraction(part, p8, p4) * p4 / p8, p4 / p8))
     return out
 
 
@@ -140,10 +146,66 @@ def pair_rows() -> list[tuple]:
     return out
 
 
+def sm100_fp4_ratio_rows() -> list[tuple]:
+    """The sm_100 fp4 fraction over fp8's by source: GB200's harness runs (sustained, one
+    harness) and B200's burst MXF4 GEMMs at 8192³ (DeepGEMM PR #348) over B200's fp8 MAMF
+    fraction: ``(source, ratio)``."""
+    b200 = get_gpu("B200")
+    fp8_burst = B200_FP8_MAMF / (b200.peak("fp8") / 1e12)
+    p4 = b200.peak("fp4") / 1e12
+    return [("GB200, Azure harness (sustained, 16384³ / 32768³)",
+             fp4_over_fp8_fraction("GB200", 5000.0, 10000.0)),
+            ("B200, DeepGEMM MXF4 8192³ / fp8 MAMF (burst)",
+             DEEPGEMM_B200_MXF4_8192[0] / p4 / fp8_burst),
+            ("B200, cuBLAS MXF4 8192³ / fp8 MAMF (burst)",
+             DEEPGEMM_B200_MXF4_8192[1] / p4 / fp8_burst)]
+
+
+def fp4_what_if() -> list[tuple]:
+    """Analytic error of every nvfp4 row of the 2026 Megatron-Bridge files with the catalog's
+    fp4 rates, with every Blackwell part's fp4 at its fp8 fraction (the catalog before
+    §5.178), and with B200's and GB200's too at GB200's harness ratio (1.32, not adopted), by
+    replacing catalog entries: ``(file, run, now %, fp8 fraction %, sm_100 at 1.32 %)``."""
+    import dataclasses
+
+    import topologies.gpus.catalog as gp
+    from simulator.studies.validate import load_cases
+    from strategies.estimate.scalar import estimate
+
+    r100 = fp4_over_fp8_fraction("GB200", 5000.0, 10000.0)
+    base = {n: gp.GPUS[n] for n in PARTS}
+    variants = [{n: dataclasses.replace(g, fp4_matmul_efficiency=None) for n, g in base.items()},
+                {n: dataclasses.replace(g, fp4_matmul_efficiency=g.fp8_matmul_efficiency * r100)
+                 if g.fp4_matmul_efficiency is None else g for n, g in base.items()}]
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "strategies", "reference", "data")
+    def errors(path: str) -> dict[str, float]:
+        """Each nvfp4 row's analytic error (%), its GPUs read from the catalog at load."""
+        return {c.id: 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
+                for c in load_cases(path, tiers=None)
+                if c.job is not None and c.measured_step_s is not None
+                and c.job.dtype == "nvfp4"}
+
+    out = []
+    for f in ("megatron_bridge_2604.json", "heldout_2026b.json", "hybrid_2026.json"):
+        path = os.path.join(data, f)
+        errs = [errors(path)]
+        for v in variants:
+            gp.GPUS.update(v)
+            try:
+                errs.append(errors(path))
+            finally:
+                gp.GPUS.update(base)
+        out += [(f, i, *(e[i] for e in errs)) for i in errs[0]]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", action="store_true",
                     help="NeMo 25.02 B200 / 25.04 GB200 pairs: measured and model speed-up")
+    ap.add_argument("--fp4-what-if", action="store_true",
+                    help="every nvfp4 row now, at the fp8 fraction, and with sm_100 at 1.32")
     args = ap.parse_args(argv)
 
     print("Table 1: public figures and the catalog's sustained rate, TFLOP/s\n")
@@ -163,10 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {p:.3f} | {m:.3f} | {100 * e:+.1f} % |")
 
     print("\nTable 3: fp4 over fp8 on one harness run\n")
-    print("| part | harness fp4 / fp8 rate | datasheet fp4 / fp8 peak | catalog |")
+    print("| part | harness fp4 / fp8 rate | datasheet fp4 / fp8 peak | catalog fp4 / fp8 rate |")
     print("|---|---:|---:|---:|")
     for part, h, d in fp4_over_fp8():
-        print(f"| {part} | {h:.3f} | {d:.3f} | {d:.3f} |")
+        cat = catalog_tflops(part, "fp4") / catalog_tflops(part, "fp8")
+        print(f"| {part} | {h:.3f} | {d:.3f} | {cat:.3f} |")
 
     b200, gb200 = catalog_tflops("B200-SXM-180GB", "fp8"), catalog_tflops("GB200", "fp8")
     old = B200_FP8_MAMF * B200_SUSTAINED_RATIO
@@ -180,6 +243,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{mx / pt:.3f}; B200 MXF4 8192³ (DeepGEMM PR #348, burst): "
           f"{DEEPGEMM_B200_MXF4_8192[0]:.0f} DeepGEMM, {DEEPGEMM_B200_MXF4_8192[1]:.0f} cuBLAS "
           f"of {get_gpu('B200').peak('fp4') / 1e12:.0f}")
+
+    print("\nTable 5: sm_100's fp4 fraction over its fp8 fraction, by source\n")
+    print("| source | fp4 / fp8 fraction |")
+    print("|---|---:|")
+    for src, r in sm100_fp4_ratio_rows():
+        print(f"| {src} | {r:.3f} |")
+
+    if args.fp4_what_if:
+        print("\nTable 6: nvfp4 rows (analytic error): catalog; every part at the fp8 fraction "
+              "(before §5.178); B200 and GB200 also at GB200's harness ratio (not adopted)\n")
+        print("| file | run | catalog | fp8 fraction | + sm_100 at 1.32 |")
+        print("|---|---|---:|---:|---:|")
+        for f, i, now, frac, s100 in fp4_what_if():
+            print(f"| {f} | {i} | {now:+.1f} % | {frac:+.1f} % | {s100:+.1f} % |")
 
     if args.pairs:
         print("\nTable 4: NeMo 25.02 (B200) against 25.04 (GB200), same model and GPU count\n")

@@ -48,15 +48,18 @@ def test_same_die_less_power_is_never_faster():
 def test_carrying_rules_against_the_harness():
     """Where the Azure harness tests a rule: the bf16 rule is 14 % above GB200's fp8 and 1.8 %
     above GB300's; GB200's fp8 ratio carried to GB300 would be 10.6 % below GB300's measurement
-    (so sm_103 keeps the bf16 rule); the catalog's fp4 = fp8-fraction rule misses both fp4 runs
-    by more than 15 %, in opposite directions (not adopted, §5.77)."""
+    (so sm_103 keeps the bf16 rule); the fp4 = fp8-fraction rule misses both fp4 runs by more
+    than 15 %, in opposite directions (§5.77); GB300's catalog fp4 (§5.178: the fp8 fraction
+    times the harness's fp4-over-fp8 fraction) is within the fp8 rule's own 1.8 %."""
     rows = {name: err for name, _p, _m, err in br.rule_rows()}
     assert rows["GB200 fp8: bf16 power rule"] == pytest.approx(0.140, abs=0.002)
     assert rows["GB300 fp8: bf16 power rule (catalog)"] == pytest.approx(0.018, abs=0.002)
     assert rows["GB300 fp8: GB200's fp8 carried by the power rule"] == pytest.approx(-0.106,
                                                                                      abs=0.002)
     assert rows["GB200 fp4: the fp8 fraction (catalog)"] < -0.15
-    assert rows["GB300 fp4: the fp8 fraction (catalog)"] > 0.15
+    assert rows["GB300 fp4: the fp8 fraction"] > 0.15
+    assert rows["GB300 fp4: the fp8 fraction x the harness's fp4/fp8 (catalog)"] == \
+        pytest.approx(rows["GB300 fp8: bf16 power rule (catalog)"], abs=1e-4)
 
 
 def test_harness_fp4_figures_and_ratios():
@@ -82,3 +85,29 @@ def test_script_runs(capsys):
     assert br.main(["--pairs"]) == 0
     out = capsys.readouterr().out
     assert "Table 4" in out and "| GB200 | fp8 | 5000 | 3615.6 |" in out
+
+
+def test_sm100_fp4_sources_disagree():
+    """sm_100's fp4-over-fp8 fraction: GB200's sustained harness runs 1.318, B200's burst MXF4
+    GEMMs at 8192³ over its fp8 MAMF 0.831 (DeepGEMM) and 0.763 (cuBLAS): on either side of 1,
+    so B200 and GB200 keep fp4 at the fp8 fraction (§5.178)."""
+    rows = dict(br.sm100_fp4_ratio_rows())
+    vals = list(rows.values())
+    assert vals[0] == pytest.approx(1.318, abs=1e-3)
+    assert vals[1] == pytest.approx(5702 / 9000 / (3432.5 / 4500), rel=1e-12)
+    assert vals[2] == pytest.approx(5239 / 9000 / (3432.5 / 4500), rel=1e-12)
+    assert vals[0] > 1.0 > vals[1] > vals[2]
+
+
+def test_fp4_what_if_moves_only_the_parts_each_rule_touches():
+    """Table 6: the fp8-fraction column moves only the sm_103 rows (slower catalog now: the
+    catalog's error is above the fp8 fraction's), the sm_100 column only the B200/GB200 rows
+    (faster: lower error); each row's GPU read from its id."""
+    rows = br.fp4_what_if()
+    assert len(rows) == 10
+    for _f, rid, now, frac, s100 in rows:
+        ultra = "_gb300_" in rid or "_b300_" in rid
+        if ultra:
+            assert now > frac and s100 == now, rid
+        else:
+            assert frac == now and s100 < now, rid

@@ -45,7 +45,9 @@ One row per name a public run uses. Units: bytes per element.
   ``with_rht && with_post_rht_amax``), writing bf16, and the quantizer reads it twice, once
   in ``nvte_hadamard_transform_amax`` (both amaxes in one pass) and once in
   ``nvte_quantize_with_hadamard_transform`` (row-wise and RHT column-wise copies in one
-  kernel; ``pytorch/csrc/quantizer.cpp``, ``NVFP4Quantizer::quantize_impl``): a tensor a
+  kernel from TE v2.14; earlier releases read it a third time, two kernels:
+  ``strategies.cost.quantise.TE_FUSED_RHT_CAST``; ``pytorch/csrc/quantizer.cpp``,
+  ``NVFP4Quantizer::quantize_impl``): a tensor a
   producer would have fused costs as much as one cast by a kernel of its own
   (``Precision.producer_amax`` False). The Hadamard product (16 multiply-adds per element,
   on the tensor cores in the fused kernel) and the rounding's random bits add no HBM

@@ -80,10 +80,12 @@ def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: 
     ``GroupedLinear``, ``fw.grouped_mlp_casts``, and the dense MLP's where its activation is
     the stack's own code, ``fw.mlp_act_casts``; torchao's float8 TP transposing its gathered
     fp8 tensors in the backward, ``fw.torchao_float8_tp``; the GEMMs a recipe keeps in BF16,
-    ``system.quant_scope``, cast nothing); 0 in 16 bits."""
+    ``system.quant_scope``, cast nothing; Transformer Engine before v2.14 reading each NVFP4
+    tensor once more, ``quantise.splits_rht_cast(dtype, fw.te_version)``); 0 in 16 bits."""
     f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts,
                                       fw.torchao_float8_tp, fw.mlp_act_casts,
-                                      system.quant_scope)
+                                      system.quant_scope,
+                                      quantise.splits_rht_cast(dtype, fw.te_version))
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 

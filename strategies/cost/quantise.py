@@ -62,6 +62,9 @@ Each tensor costs ``Precision.cast_bytes(GPU.cast_copies(dtype), fused)`` bytes 
 of block formats and of Hopper's TN-only fp8 GEMMs). Not modelled: delayed scaling's amax
 history and scale update (one multi-tensor kernel and one small all-reduce per micro-batch,
 microseconds) and current scaling's per-tensor amax all-reduce over tp (a few bytes each).
+Transformer Engine before v2.14 writes an NVFP4 tensor's row-wise and Hadamard-transformed
+column-wise copies in two kernels that each read it (``TE_FUSED_RHT_CAST``,
+``splits_rht_cast``): 2 B more per element of every cast but the routed experts'.
 
 Kernels (``expert_quantise_kernels``): on a stack that runs its experts through TE's
 ``GroupedLinear`` (``routed_unfused``), each cast of a grouped GEMM's operand is one
@@ -101,7 +104,8 @@ from topologies.precision import get_precision
 
 def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
                         routed_unfused: Num = False, mlp_unfused: Num = False,
-                        scope: float = 0.0) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
+                        scope: float = 0.0, routed: bool = True
+                        ) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
@@ -111,7 +115,8 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     ``mlp_unfused`` the same for the dense MLP and the shared experts (module doc,
     Megatron-Core's ``MLP`` with ``te.Linear`` fc2). ``scope``: ``SystemConfig.quant_scope``;
     each GEMM's casts times its quantised share (``quant_scope.quantised_share``: none in a
-    BF16 layer or for a BF16 module; an ``alt`` format's casts counted here with the run's)."""
+    BF16 layer or for a BF16 module; an ``alt`` format's casts counted here with the run's).
+    ``routed`` False: the routed experts' casts left out (the other linears' alone)."""
     sc = quant_scope.scope_of(scope)
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
@@ -135,43 +140,73 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
         widths = [(1.0, m.ffn_hidden_size, False)] if kind == "dense" else \
             [(float(m.moe_router_topk), m.expert_ffn, True)] + \
             ([(1.0, m.num_shared_experts * m.shared_ffn, False)] if m.num_shared_experts else [])
-        for copies, F, routed in widths:
-            mlp = "dense_mlp" if kind == "dense" else "routed_mlp" if routed else "shared_mlp"
+        for copies, F, is_routed in widths:
+            if is_routed and not routed:
+                continue
+            mlp = "dense_mlp" if kind == "dense" else "routed_mlp" if is_routed else "shared_mlp"
             t = w * copies * T * quant_scope.quantised_share(m, sc, mlp, False)
-            if routed:                           # after the permutation (expert_hidden wide)
+            if is_routed:                        # after the permutation (expert_hidden wide)
                 f_un = f_un + t * m.expert_hidden
             else:                                # after the MLP's norm
                 f_fused = f_fused + t * h / shard
-            own = routed_unfused if routed else mlp_unfused  # the GEMMs' own passes
+            own = routed_unfused if is_routed else mlp_unfused  # the GEMMs' own passes
             f_act, b_act = t * F / tp, t * up * F / tp  # activation output, its backward
             f_fused = f_fused + np.where(own, 0.0, f_act)   # -> second GEMM
             f_un = f_un + np.where(own, f_act, 0.0)
             b_fused = b_fused + np.where(own, 0.0, b_act)   # -> first GEMM's dY
             b_un = b_un + np.where(own, b_act, 0.0)
-            b_un = b_un + (t * m.expert_hidden if routed else t * h / shard)
+            b_un = b_un + (t * m.expert_hidden if is_routed else t * h / shard)
     return (f_fused, f_un), (b_fused, b_un)
+
+
+#: the Transformer Engine release from which one kernel writes both copies of an NVFP4 tensor
+#: under the random Hadamard transform (``NVFP4Quantizer::quantize_impl``:
+#: ``nvte_quantize_with_hadamard_transform``, TE 523801df7 of 2026-03-16, PR #2555, first in
+#: v2.14); v2.8-v2.13 launch ``nvte_quantize_v2`` for the row-wise copy and
+#: ``nvte_hadamard_transform_cast_fusion_columnwise`` for the Hadamard-transformed column-wise
+#: one, each reading the bf16 tensor (``pytorch/csrc/quantizer.cpp`` at v2.13). The routed
+#: experts' ``split_quantize`` had its fully fused grouped kernel in v2.13 already
+#: (``nvte_group_hadamard_transform_cast_fusion``, ``extensions/cast.cpp``), so only the other
+#: linears' casts pay the second read (docs/calibration.md §5.178)
+TE_FUSED_RHT_CAST = (2, 14)
+
+
+def splits_rht_cast(dtype: str, te_version: tuple[int, int] | None) -> bool:
+    """Whether Transformer Engine ``te_version`` reads each Hadamard-transformed NVFP4 tensor
+    (``Precision.producer_amax`` False) once more than ``Precision.cast_bytes`` prices: a
+    release before ``TE_FUSED_RHT_CAST``; ``None`` (release not stated) reads the newest."""
+    p = get_precision(dtype)
+    return bool(p.quantised and p.amax_pass and not p.producer_amax and te_version is not None
+                and tuple(te_version) < TE_FUSED_RHT_CAST)
 
 
 def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
                      dtype: str, routed_unfused: Num = False,
                      gathered_transposes: bool = False,
-                     mlp_unfused: Num = False, scope: float = 0.0) -> tuple[Num, Num]:
+                     mlp_unfused: Num = False, scope: float = 0.0,
+                     split_rht: bool = False) -> tuple[Num, Num]:
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
     (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` and
     ``mlp_unfused`` as there; ``gathered_transposes``: torchao's float8 TP,
     ``gathered_transpose_bytes`` added to the backward); 0 in 16 bits. torchao's rowwise
     recipe casts each GEMM's operands itself, the weights included, every micro-batch
-    (``rowwise_casts.layer_cast_bytes``). ``scope``: ``layer_cast_elements``'."""
+    (``rowwise_casts.layer_cast_bytes``). ``scope``: ``layer_cast_elements``'. ``split_rht``
+    (``splits_rht_cast``): each cast but the routed experts' reads its bf16 tensor once more
+    (2 B per element)."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
     if p.row_scaled:
         return rowwise_casts.layer_cast_bytes(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
     (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused, mlp_unfused,
                                              scope)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
-    bwd = bf * fused + bu * unfused
+    fwd, bwd = ff * fused + fu * unfused, bf * fused + bu * unfused
+    if split_rht and p.quantised:
+        (lf, lu), (lbf, lbu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused,
+                                                   mlp_unfused, scope, routed=False)
+        fwd, bwd = fwd + 2.0 * (lf + lu), bwd + 2.0 * (lbf + lbu)
     if gathered_transposes:
         bwd = bwd + gathered_transpose_bytes(m, b, tp, cp, sp, gpu, dtype)
-    return ff * fused + fu * unfused, bwd
+    return fwd, bwd
 
 
 #: tensors torchao's float8 TP styles all-gather in fp8 per mean layer and micro-batch, each

@@ -11,7 +11,8 @@ from topologies.errors import SpecError
 from topologies.gpus.spec import ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPU
 from topologies.gpus.spec import gpu_from_datasheet as _g   # short, for the table's rows
 from topologies.gpus.sustained import (B200_FP8_MAMF, GB200_FP8_MAMF, GB200_FP8_SUSTAINED_RATIO,
-                                       HOPPER_FP8, sm100_fp8_ratio, sustained_ratio)
+                                       HOPPER_FP8, SM103_FP4_OVER_FP8, sm100_fp8_ratio,
+                                       sustained_ratio)
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
 # matmul_efficiency (sustained large-GEMM TFLOP/s / datasheet peak), from mamf-finder
@@ -51,7 +52,10 @@ from topologies.gpus.sustained import (B200_FP8_MAMF, GB200_FP8_MAMF, GB200_FP8_
 # AMD parts (sustained = burst, as MI300X), MAMF over the datasheet peak:
 #   MI325X     784.9/1307.4 -> 0.60 (1000 W)
 #   MI355X     1565.0/2516.6 -> 0.62 (datasheet 2.5 PFLOP/s = 256 CUs x 4096 FLOP/clk x 2.4 GHz)
-# fp4 GEMMs have no public MAMF; they take the fp8 fraction (GPU.gemm_efficiency).
+# fp4 GEMMs have no public MAMF. Blackwell Ultra (B300, GB300; sm_103): the fp8 efficiency times
+# GB300's sustained fp4-over-fp8 fraction on the Azure harness (``SM103_FP4_OVER_FP8``, 0.871:
+# NVFP4 runs 2.61x fp8 where the peaks are 3x; docs/calibration.md §5.178) -> 0.56, 0.53.
+# B200, GB200 (sm_100): the fp8 fraction (GPU.gemm_efficiency; the sm_100 sources disagree).
 
 #: B200's HBM3e bandwidth (TB/s): NVIDIA's Blackwell datasheet (nvdam.widen.net/s/wwnsxrhm2w/
 #: blackwell-datasheet-3384703, "Individual Blackwell GPU Specifications", HGX B200 column)
@@ -97,6 +101,8 @@ _SRC = {
               "8 TB/s, 1400 W",
 }
 _BW = ("mxfp8", "mxfp4", "nvfp4")   # Blackwell block-scaled MMA (tcgen05)
+_B300_FP8 = 3353.3 / 4500 * sustained_ratio(1100, 160)           # fp8 efficiencies of the
+_GB300_FP8 = GB200_FP8_MAMF / 5000 * sustained_ratio(1400, 160)  # sm_103 parts (above)
 # The large-GEMM output tile of Volta/Ampere cuBLAS, one thread block per SM: NVIDIA "Matrix
 # Multiplication Background User's Guide" (DU-09799-001), §2.3 (256x128 and 128x256 are the
 # most efficient tiles) and §3.2 (A100: 108 SMs, 256x128 tiles, one block per SM, a wave of
@@ -133,16 +139,16 @@ _CATALOG = [
        exp=ATTN_EXP_REF_RATE),
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
        1769.0 / 2250 * sustained_ratio(1100, 160), 0.55, aliases=("B300",),
-       fp8_eff=3353.3 / 4500 * sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"],
-       exp=BLACKWELL_ULTRA_EXP_RATE),
+       fp8_eff=_B300_FP8, fp4_eff=_B300_FP8 * SM103_FP4_OVER_FP8, sms=160, fp4=13500,
+       blocks=_BW, tdp=1100, src=_SRC["B300"], exp=BLACKWELL_ULTRA_EXP_RATE),
     _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * sustained_ratio(1200, 148),
        0.55, aliases=("GB200-NVL72", "B200-NVL72"),
        fp8_eff=GB200_FP8_MAMF / 5000 * GB200_FP8_SUSTAINED_RATIO, sms=148, fp4=10000, blocks=_BW,
        tdp=1200, src=_SRC["GB200"], exp=ATTN_EXP_REF_RATE),
     _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * sustained_ratio(1400, 160),
        0.55, aliases=("GB300-NVL72", "B300-NVL72"),
-       fp8_eff=GB200_FP8_MAMF / 5000 * sustained_ratio(1400, 160), sms=160, fp4=15000, blocks=_BW,
-       tdp=1400, src=_SRC["GB300"], exp=BLACKWELL_ULTRA_EXP_RATE),
+       fp8_eff=_GB300_FP8, fp4_eff=_GB300_FP8 * SM103_FP4_OVER_FP8, sms=160, fp4=15000,
+       blocks=_BW, tdp=1400, src=_SRC["GB300"], exp=BLACKWELL_ULTRA_EXP_RATE),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
        aliases=("MI300X-192GB",), sms=304, tdp=750),
     _g("MI325X", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 0.60, 0.40, vendor="amd",

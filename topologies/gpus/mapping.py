@@ -20,8 +20,8 @@ from topologies.precision import BLOCK_FORMATS
 def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
-    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w,
-    fp8_tn_only, wave_tile, exp_tera_per_s (the SFU exponential rate, TeraExponentials/s;
+    fp8_matmul_efficiency, fp4_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor,
+    block_formats, tdp_w, fp8_tn_only, wave_tile, exp_tera_per_s (the SFU exponential rate, TeraExponentials/s;
     ``GPU.exp_rate``)].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
@@ -31,8 +31,9 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
         return _with_profile(d, base_dir)
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
-               "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
-               "block_formats", "tdp_w", "fp8_tn_only", "wave_tile", "exp_tera_per_s"}
+               "fp8_matmul_efficiency", "fp4_matmul_efficiency", "fa2_attention_efficiency",
+               "sm_count", "vendor", "block_formats", "tdp_w", "fp8_tn_only", "wave_tile",
+               "exp_tera_per_s"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -41,20 +42,21 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
     hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
           "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
-          "fa2_attention_efficiency": 1.0, "sm_count": 4096, "tdp_w": 1e5,
-          "exp_tera_per_s": MAX_EXP_RATE / TERA}
+          "fp4_matmul_efficiency": 1.0, "fa2_attention_efficiency": 1.0, "sm_count": 4096,
+          "tdp_w": 1e5, "exp_tera_per_s": MAX_EXP_RATE / TERA}
     # sanity floors on the rates whose reciprocals the cost model takes (a TFLOP/s, TB/s or
     # efficiency of 5e-324 made a step of NaN seconds)
     floor = {"hbm_tbps": MIN_HBM_TBPS, "matmul_efficiency": MIN_FRACTION,
              "attention_efficiency": MIN_FRACTION, "fp8_matmul_efficiency": MIN_FRACTION,
-             "fa2_attention_efficiency": MIN_FRACTION, "exp_tera_per_s": MIN_TFLOPS,
+             "fp4_matmul_efficiency": MIN_FRACTION, "fa2_attention_efficiency": MIN_FRACTION,
+             "exp_tera_per_s": MIN_TFLOPS,
              **{k: MIN_TFLOPS for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops",
                                         "fp32_tflops", "tf32_tflops")}}
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
               "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
-              "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "tdp_w",
-              "exp_tera_per_s"):
+              "fp8_matmul_efficiency", "fp4_matmul_efficiency", "fa2_attention_efficiency",
+              "sm_count", "tdp_w", "exp_tera_per_s"):
         if k in d:
             nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True,
                                    sane_lo=floor.get(k))
@@ -85,7 +87,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
         bf16, nums.get("fp8_tflops"), nums["hbm_gib"], nums["hbm_tbps"],
         nums.get("matmul_efficiency", 0.8), nums.get("attention_efficiency", 0.5),
         check_name("gpu.vendor", d.get("vendor", "custom")),
-        fp8_eff=nums.get("fp8_matmul_efficiency"),
+        fp8_eff=nums.get("fp8_matmul_efficiency"), fp4_eff=nums.get("fp4_matmul_efficiency"),
         fa2=nums.get("fa2_attention_efficiency"),
         sms=int(nums["sm_count"]) if "sm_count" in nums else None,
         fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
@@ -162,6 +164,8 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
              attention_efficiency=gpu.attention_efficiency, vendor=gpu.vendor)
     if gpu.fp8_matmul_efficiency is not None:
         d["fp8_matmul_efficiency"] = gpu.fp8_matmul_efficiency
+    if gpu.fp4_matmul_efficiency is not None:
+        d["fp4_matmul_efficiency"] = gpu.fp4_matmul_efficiency
     if gpu.fa2_attention_efficiency is not None:
         d["fa2_attention_efficiency"] = gpu.fa2_attention_efficiency
     if gpu.sm_count is not None:

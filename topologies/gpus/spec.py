@@ -7,6 +7,8 @@ Units: FLOP/s, bytes, bytes/s. Peaks are *dense* (no 2:4 sparsity).
 at its power limit, measured with every GPU of the node busy) over the datasheet peak, from
 Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accelerator).
 ``fp8_matmul_efficiency`` is the same for fp8 GEMMs (``None``: as for 16-bit).
+``fp4_matmul_efficiency`` is the same for fp4 GEMMs, where a sustained fp4 measurement gives it
+(``None``: fp4 GEMMs take the fp8 fraction of the fp4 peak).
 ``attention_efficiency`` is the fraction of the 16-bit peak a fused (Flash) attention kernel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
@@ -81,6 +83,7 @@ class GPU:
     fp8_tn_only: bool = False
     wave_tile: tuple[int, int] | None = None
     exp_rate: float | None = None
+    fp4_matmul_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -100,6 +103,9 @@ class GPU:
                 raise SpecError(f"gpu.{name}", getattr(self, name), "must be in (0, 1]")
         if self.fp8_matmul_efficiency is not None and not 0 < self.fp8_matmul_efficiency <= 1:
             raise SpecError("gpu.fp8_matmul_efficiency", self.fp8_matmul_efficiency,
+                            "must be in (0, 1]")
+        if self.fp4_matmul_efficiency is not None and not 0 < self.fp4_matmul_efficiency <= 1:
+            raise SpecError("gpu.fp4_matmul_efficiency", self.fp4_matmul_efficiency,
                             "must be in (0, 1]")
         if self.sm_count is not None and not (isinstance(self.sm_count, int) and self.sm_count > 0):
             raise SpecError("gpu.sm_count", self.sm_count, "must be an integer > 0")
@@ -166,10 +172,15 @@ class GPU:
         return 0 if p is None else p.copies(self.fp8_tn_only)
 
     def gemm_efficiency(self, dtype: str) -> float:
-        """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);
-        fp4 GEMMs take the fp8 fraction (the one public sustained fp4 harness, Azure's, is
-        compared, not adopted: docs/calibration.md §5.77)."""
-        if self.rate_key(dtype) in ("fp8", "fp4") and self.fp8_matmul_efficiency is not None:
+        """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc):
+        fp4 GEMMs ``fp4_matmul_efficiency`` where set (the Blackwell Ultra parts: the fp8
+        fraction times the sustained harness's fp4-over-fp8 fraction, docs/calibration.md
+        §5.178), else the fp8 fraction; fp8 GEMMs ``fp8_matmul_efficiency`` where set; else
+        ``matmul_efficiency``."""
+        key = self.rate_key(dtype)
+        if key == "fp4" and self.fp4_matmul_efficiency is not None:
+            return self.fp4_matmul_efficiency
+        if key in ("fp8", "fp4") and self.fp8_matmul_efficiency is not None:
             return self.fp8_matmul_efficiency
         return self.matmul_efficiency
 
@@ -203,14 +214,14 @@ def gpu_from_datasheet(name: str, fp32: float, tf32: float | None, bf16: float,
                        sms: int | None = None, fp4: float | None = None,
                        blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "",
                        tn_only: bool = False, wave: tuple[int, int] | None = None,
-                       exp: float | None = None) -> GPU:
+                       exp: float | None = None, fp4_eff: float | None = None) -> GPU:
     """A GPU from datasheet units: dense peaks in TFLOP/s (``fp16`` = ``bf16``; ``tf32``,
     ``fp8`` and ``fp4`` left out when None or 0), ``hbm_gib`` GiB and ``hbm_tbps`` TB/s; the
     other arguments are ``GPU``'s fields under short names (``eff``: ``matmul_efficiency``,
     ``attn``: ``attention_efficiency``, ``fa2``: ``fa2_attention_efficiency``, ``sms``:
     ``sm_count``, ``blocks``: ``block_formats``, ``tdp``: ``tdp_w``, ``src``: ``source``,
     ``tn_only``: ``fp8_tn_only``, ``wave``: ``wave_tile``, ``exp``: ``exp_rate``,
-    exponentials/s)."""
+    exponentials/s, ``fp4_eff``: ``fp4_matmul_efficiency``)."""
     peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if tf32:
         peaks["tf32"] = tf32 * TERA
@@ -219,4 +230,5 @@ def gpu_from_datasheet(name: str, fp32: float, tf32: float | None, bf16: float,
     if fp4:
         peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only, wave_tile=wave, exp_rate=exp)
+               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only, wave_tile=wave, exp_rate=exp,
+               fp4_matmul_efficiency=fp4_eff)

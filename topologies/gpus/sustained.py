@@ -1,9 +1,10 @@
 """Sustained-over-burst GEMM clock ratios, from which the catalog's Blackwell efficiencies
 derive (``topologies.gpus.catalog``): the power rule (``sustained_ratio``: a measured part's
 ratio carried by the cube root of the power per SM), the sustained fp8 GEMM rates of one public
-harness (``AZURE_FP8_SUSTAINED``, ``harness_ratio``) and the sm_100 fp8 rule built on them
-(``sm100_fp8_ratio``). Ratios are dimensionless; rates TFLOP/s. Sources: docs/calibration.md
-§3.1, §5.41, §5.77.
+harness (``AZURE_FP8_SUSTAINED``, ``harness_ratio``), the sm_100 fp8 rule built on them
+(``sm100_fp8_ratio``) and the same harness's NVFP4 runs (``AZURE_FP4_SUSTAINED``,
+``fp4_over_fp8_fraction``: Blackwell Ultra's fp4 fraction). Ratios are dimensionless; rates
+TFLOP/s. Sources: docs/calibration.md §3.1, §5.41, §5.77, §5.178.
 """
 from __future__ import annotations
 
@@ -64,3 +65,40 @@ def sm100_fp8_ratio(tdp_w: float, sms: int) -> float:
     measurement sits 12 % below the bf16 rule at 1200 W, and B200 is the same die and kernels
     at less power per SM, so its fp8 GEMMs cannot sustain more than GB200's."""
     return sustained_ratio(tdp_w, sms, GB200_FP8_SUSTAINED_RATIO, 1200, 148)
+
+
+# The same harness's fp4 runs (docs/calibration.md §5.178), same files, drivers, warm-up and
+# timed loop as ``AZURE_FP8_SUSTAINED``: ``cublaslt_gemm -t fp4e2m1`` of the superbench fork
+# the harness builds (github.com/gitaumark/superbenchmark, 1089cfc of 2025-06-18,
+# ``superbench/benchmarks/micro_benchmarks/cublaslt_gemm/cublaslt_utils.cc``
+# ``cublasLtGemm::Setup``): A and B ``CUDA_R_4F_E2M1`` with
+# ``CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3`` block scales (NVFP4: an E4M3 scale per 16
+# elements), D written as NVFP4 with its block scales computed in the epilogue
+# (``D_OUT_SCALE_MODE`` VEC16_UE4M3), fp32 accumulation, fast accumulation on as for fp8;
+# TFLOP/s at m = n = k = 16384 and 32768.
+AZURE_FP4_SUSTAINED = {
+    "GB200": (7627.6, 7487.2),            # CUDA 12.8, driver 570.133.20
+    "GB300": (8640.3, 8555.1),            # CUDA 13.0, driver 580.82.07
+}
+#: GB300's datasheet dense peaks (TFLOP/s; ``topologies.gpus.catalog``): fp8, fp4
+GB300_FP8_PEAK, GB300_FP4_PEAK = 5000.0, 15000.0
+
+
+def fp4_over_fp8_fraction(part: str, fp8_peak: float, fp4_peak: float) -> float:
+    """The fraction of its fp4 peak ``part`` sustains in the harness's NVFP4 runs over the
+    fraction of its fp8 peak it sustains in the fp8 runs of the same file (``fp8_peak``,
+    ``fp4_peak``: the part's dense peaks, TFLOP/s), mean of the two shapes. Read on one part
+    and one harness, the kernel quality and clock the harness holds on that part cancel only
+    to the extent fp4 and fp8 share them: it is the measured fp4 rate relative to fp8's."""
+    vals = [(a / fp4_peak) / (b / fp8_peak)
+            for a, b in zip(AZURE_FP4_SUSTAINED[part], AZURE_FP8_SUSTAINED[part])]
+    return sum(vals) / len(vals)
+
+
+#: Blackwell Ultra (sm_103: GB300, B300): fp4's sustained fraction of its peak over fp8's, from
+#: GB300's harness runs, 0.871 (fp4 runs 2.61x fp8 where the datasheet peaks are 3x); the
+#: catalog's GB300 and B300 ``fp4_matmul_efficiency`` = fp8 efficiency x this (§5.178). sm_100
+#: (B200, GB200) keeps fp4 = the fp8 fraction: GB200's runs give 1.32 (fp4 2.64x fp8 where the
+#: peaks are 2x) against 0.76-0.83 from B200's public burst MXF4 GEMMs (DeepGEMM PR #348), so
+#: the sm_100 sources disagree and neither is adopted
+SM103_FP4_OVER_FP8 = fp4_over_fp8_fraction("GB300", GB300_FP8_PEAK, GB300_FP4_PEAK)
