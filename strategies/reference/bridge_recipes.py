@@ -17,7 +17,9 @@ For the 25.11 container's rows: Megatron-Bridge v0.2.0 (tag, commit 7af9601c9da7
 2025-11-26; the version ``docs/releases/software-versions.md`` names for NeMo Framework 25.11),
 ``scripts/performance/configs/<family>/workload_base_configs.py`` and the model recipes under
 ``src/megatron/bridge/recipes/``; most of that table's rows ran other batches or sizes than
-these configs name, so only the rows a config fits exactly take one (``RECIPES_2511``).
+these configs name, so only the rows a config fits exactly take one (``RECIPES_2511``, which
+holds the config of every MoE row's GPU and precision; ``preset_for`` names the unapplied
+one in a row's assumptions).
 
 For the 26.04 container's rows (not 26.04.01): Megatron-Bridge v0.4.0 (the version
 ``docs/releases/software-versions.md`` names for NeMo Framework 26.04), whose Qwen3-235B-A22B
@@ -198,23 +200,66 @@ RECIPES: tuple[MoeRecipe, ...] = (
 )
 
 
-_REPO_2511 = "NVIDIA-NeMo/Megatron-Bridge@v0.2.0 (7af9601c9da7) "
-#: the 25.11 container's configs that fit a published row exactly (``RECIPES`` holds the
-#: 26.04 ones): DeepSeek-V3 on 256 B200 (pp16 ep8, mbs 1, gbs 2048), the table's "w/ MTP"
-#: run: ``DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG`` (``scripts/performance/configs/deepseek/
-#: workload_base_configs.py`` L63-74: recompute_modules=["mla_up_proj"], moe_a2a_overlap=
-#: False, no flex backend = Megatron's alltoall dispatcher, no cuda_graph_*), built by
-#: ``deepseek_llm_pretrain.py`` ``deepseek_v3_b200_config`` L120-144 with ``layout=None``,
-#: so the recipe's own ``layout_map[(16, 1)]`` (``src/megatron/bridge/recipes/deepseek/
+_REPO_2511 = "NVIDIA-NeMo/Megatron-Bridge@v0.2.0 (7af9601c9da7) scripts/performance/configs/"
+_DS11, _QW11, _GO11 = (f"{f}/workload_base_configs.py" for f in ("deepseek", "qwen3", "gpt_oss"))
+
+
+def _r11(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool,
+         dispatcher: str, path: str, name: str, recompute_modules: tuple[str, ...] | None,
+         graph: tuple[str | None, tuple[str, ...] | None], lines: str,
+         pp_layout: str | None = None) -> MoeRecipe:
+    return MoeRecipe(model, gpu, n, prec, layout, overlap, dispatcher,
+                     f"{_REPO_2511}{path} {name}", 1, recompute_modules, graph[0], graph[1],
+                     lines, pp_layout, None, "25.11")
+
+
+#: The 25.11 container's configs (Megatron-Bridge v0.2.0) of the GPU and precision of every
+#: MoE row of its table that the reference files hold, each with the layout the config names
+#: (``(tp, pp, vpp, ep, mbs, gbs)`` on ``num_gpus``). One fits its row exactly and is applied
+#: (``recipe_for``): DeepSeek-V3 on 256 B200, the table's "w/ MTP" run (L63-74, built by
+#: ``deepseek_llm_pretrain.py`` ``deepseek_v3_b200_config`` L120-144 with ``layout=None``, so
+#: the recipe's ``layout_map[(16, 1)]``, ``src/megatron/bridge/recipes/deepseek/
 #: deepseek_v3.py`` L240: the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP
-#: module (``mtp_num_layers`` default 1, L174) and the loss) is the layout
+#: module (``mtp_num_layers`` default 1, L174) and the loss). The others differ from their rows
+#: in a size or the batch and are not applied (``preset_for`` names them in the row's
+#: assumptions; docs/calibration.md §5.179). What each sets, at v0.2.0: ``expert_tensor_
+#: parallel_size=1`` (every family's base config: deepseek L22-24, qwen3 L22-31, gpt_oss
+#: L22-28); the dispatcher from ``moe_flex_dispatcher_backend`` (``hybridep`` becomes
+#: Megatron's ``flex`` dispatcher on GB200/GB300 only, ``src/megatron/bridge/training/
+#: flex_dispatcher_backend.py`` L54-66; none named: the model providers' ``alltoall``,
+#: ``models/deepseek/deepseek_provider.py`` L76, ``models/qwen/qwen_provider.py`` L395,
+#: ``models/gpt_oss/gpt_oss_provider.py`` L72, and v0.2.0's gpt-oss recipe takes no flex
+#: backend at all); Qwen3 recomputes nothing (``qwen3_llm_pretrain.py`` L36
+#: ``recompute_granularity = None``); v0.2.1/v0.2.2 change only Qwen3-235B-A22B's GB300 config
+#: (tp 2 -> 1, mbs 4 -> 2: ``git diff v0.2.0 v0.2.2 -- scripts/performance/configs``)
 RECIPES_2511: tuple[MoeRecipe, ...] = (
-    MoeRecipe("deepseek-v3", "B200", 256, "mxfp8", (1, 16, 1, 8, 1, 2048), False, "alltoall",
-              _REPO_2511 + "scripts/performance/configs/deepseek/workload_base_configs.py "
-              "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG", 1, ("mla_up_proj",), None, None,
-              "L63-74; no cuda_graph_*; deepseek_llm_pretrain.py L120-144 layout=None, "
-              "src/megatron/bridge/recipes/deepseek/deepseek_v3.py L240 layout_map[(16, 1)]",
-              _DS_L4, None, "25.11"),
+    _r11("deepseek-v3", "B200", 256, "mxfp8", (1, 16, 1, 8, 1, 2048), False, "alltoall", _DS11,
+         "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG", ("mla_up_proj",), (None, None),
+         "L63-74; no cuda_graph_*; deepseek_llm_pretrain.py L120-144 layout=None, "
+         "src/megatron/bridge/recipes/deepseek/deepseek_v3.py L240 layout_map[(16, 1)]", _DS_L4),
+) + tuple(
+    _r11("deepseek-v3", gpu, 256, prec, (1, 4, 4, 64, 1, 2048), False, "hybridep", _DS11,
+         f"DEEPSEEK_V3_{gpu}_{name}_BASE_CONFIG", mods, ("transformer_engine", scope),
+         f"{lines}; deepseek_llm_pretrain.py layout=None: deepseek_v3.py L242 layout_map[(4, 4)]",
+         _DS_L4)
+    for gpu, mods, scope, lines in (
+        ("GB300", ("moe_act",), ("attn", "moe_router", "moe_preprocess"), "L27-39, L40/L42"),
+        ("GB200", ("mla_up_proj",), ("moe_router", "moe_preprocess"), "L45-57, L58/L60"))
+    for prec, name in (("bf16", "BF16"), ("mxfp8", "FP8_MX"))
+) + (
+    _r11("qwen3-235b-a22b", "GB300", 64, "bf16", (2, 1, 1, 64, 4, 1024), False, "hybridep", _QW11,
+         "QWEN3_235B_A22B_GB300_BF16_BASE_CONFIG", (), _TE_MP,
+         "L42-52 (v0.2.1/v0.2.2: tp 1, mbs 2)"),
+    _r11("qwen3-235b-a22b", "GB200", 64, "bf16", (1, 8, 1, 8, 1, 1024), False, "hybridep", _QW11,
+         "QWEN3_235B_A22B_GB200_BF16_BASE_CONFIG", (), _TE_AMP, "L71-80"),
+    _r11("qwen3-235b-a22b", "B200", 64, "mxfp8", (1, 8, 4, 8, 1, 1024), True, "alltoall", _QW11,
+         "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", (), (None, None),
+         "L120 = FP8_CS L109-117; no cuda_graph_*"),
+    _r11("qwen3-30b-a3b", "GB300", 8, "mxfp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW11,
+         "QWEN3_30B_A3B_GB300_FP8_MX_BASE_CONFIG", (), _TE_MP, "L170 = FP8_CS L160-167"),
+    _r11("gpt-oss-120b", "GB200", 64, "bf16", (1, 1, 1, 64, 4, 512), False, "alltoall", _GO11,
+         "GPT_OSS_120B_GB200_BF16_BASE_CONFIG", ("layernorm", "moe_act"), (None, None),
+         "L42-47; no cuda_graph_*; no flex backend (gpt_oss_llm_pretrain.py L59-75)"),
 )
 
 
@@ -255,6 +300,15 @@ RECIPES_2604: tuple[MoeRecipe, ...] = tuple(
 )
 
 
+def entry_layout(entry: dict) -> tuple[int, int, int, int, int, int]:
+    """An entry's stated ``(tp, pp, vpp, ep, mbs, gbs)``, as ``MoeRecipe.layout`` holds a
+    config's (an unstated size 1, an unstated batch 0)."""
+    pl = entry.get("plan") or {}
+    return tuple(int(pl.get(k) or d) for k, d in (
+        ("tp", 1), ("pp", 1), ("virtual_stages", 1), ("ep", 1), ("microbatch", 0),
+        ("global_batch", 0)))
+
+
 def recipe_for(entry: dict) -> MoeRecipe | None:
     """The config of a published entry (a NVIDIA Megatron-Bridge row of the 26.04.01, 26.04
     or 25.11 container, ``CONTAINERS``), or None: the container, model, GPU, GPU count,
@@ -265,14 +319,27 @@ def recipe_for(entry: dict) -> MoeRecipe | None:
     container = table_container(str(src.get("table") or ""))
     if container not in CONTAINERS:
         return None
-    pl, hw = entry.get("plan") or {}, entry.get("hardware") or {}
-    layout = tuple(int(pl.get(k) or d) for k, d in (
-        ("tp", 1), ("pp", 1), ("virtual_stages", 1), ("ep", 1), ("microbatch", 0),
-        ("global_batch", 0)))
+    hw = entry.get("hardware") or {}
     key = ((entry.get("model") or {}).get("name"), hw.get("gpu"), hw.get("n_gpus"),
-           entry.get("precision"), layout)
+           entry.get("precision"), entry_layout(entry))
     for r in RECIPES + RECIPES_2604 + RECIPES_2511:
         if r.container == container and (r.model, r.gpu, r.n_gpus, r.precision,
                                          r.layout) == key:
             return r
     return None
+
+
+def preset_for(entry: dict) -> MoeRecipe | None:
+    """The 25.11 config of an entry's model, GPU and precision (``RECIPES_2511``) where none
+    fits its layout (``recipe_for`` is None), or None: what the container's scripts would have
+    run for that GPU and precision, named in the row's assumptions and not applied."""
+    src = entry.get("source") or {}
+    if recipe_for(entry) is not None or "megatron-bridge" not in str(src.get("ref") or
+                                                                     "").lower():
+        return None
+    container = table_container(str(src.get("table") or ""))
+    key = ((entry.get("model") or {}).get("name"), (entry.get("hardware") or {}).get("gpu"),
+           entry.get("precision"))
+    return next((r for r in RECIPES_2511 if r.container == container
+                 and (r.model, r.gpu, r.precision) == key), None)
+

@@ -14,11 +14,12 @@ from strategies.model import ModelSpec
 from strategies.moe_balance import forced_imbalance
 from strategies.plan import Plan
 from strategies.plan.choices import BALANCED_ROUTINGS
-from strategies.reference.bridge_recipes import recipe_for
+from strategies.reference.bridge_recipes import entry_layout, preset_for, recipe_for
 from strategies.reference.perf_harness import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
                                                llama_switches)
 from strategies.reference.entry_specs import entry_dtype
 from strategies.reference.jax_recipes import fsdp_group, remat_recipe
+from strategies.reference.moe_recipe import MoeRecipe
 from strategies.reference.stated_switches import stated_delay_wgrad, stated_size, stated_bool, stated_number
 from strategies.reference.text import recompute_kind
 from strategies.remat_policies import recompute_of
@@ -52,6 +53,9 @@ def moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dic
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         stated_delay_wgrad(c, out, notes)
+        unfit = preset_for(c) if ep > 1 else None
+        if unfit is not None:
+            notes.append(unfit_preset_note(c, unfit))
         return out
     if "etp" not in out and r.etp is not None:
         out["etp"] = r.etp
@@ -94,6 +98,23 @@ def moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dic
         notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
                      f"{r.source})")
     return out
+
+
+def unfit_preset_note(c: dict, r: MoeRecipe) -> str:
+    """What the container's config of an entry's GPU and precision (``bridge_recipes.
+    preset_for``) would have run, where its layout is not the row's: said, not applied (the
+    table's run changed the config by switches no source names)."""
+    said = entry_layout(c)
+    graph = (f"{r.cuda_graph_impl} {'+'.join(r.cuda_graph_scope or ())}"
+             if r.cuda_graph_impl else "none")
+    rec = "+".join(r.recompute_modules) if r.recompute_modules else "none"
+    return (f"no {r.container} config fits the row's (tp, pp, vpp, ep, mbs, gbs) = {said} on "
+            f"{c['hardware']['n_gpus']} GPUs: the config of its GPU and precision, "
+            f"{r.source} ({r.lines}), names {r.layout} on {r.n_gpus} GPUs with "
+            f"moe_dispatcher={r.dispatcher}, ep_overlap={str(r.ep_overlap).lower()}, "
+            f"recompute_modules={rec}, cuda_graph={graph}; none of it is applied, the row's "
+            "MoE switches are the stack's defaults and what it states (docs/calibration.md "
+            "§5.179)")
 
 
 def stated_remat(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
