@@ -55,9 +55,6 @@ _RATES_KEPT = 4096
 # pp16 interleaved:6: 11,482 orders, 3,619 multisets; a cap of 4,096 orders left 42,292 of
 # 86,401 recomputations to re-key), and an all-to-all's thousands of flows make a key large.
 _BY_SLOT_BYTES = 64 << 20
-# up to this many rated flows, ``_settle`` tests which end on Python floats (the same IEEE
-# double sums and comparisons as numpy's, without three array operations)
-_FEW = 8
 _ZERO = np.zeros(())          # 0.0 as an array: ``np.maximum(a, _ZERO)`` skips converting a float
 
 
@@ -255,15 +252,8 @@ class FlowNetwork(FlowTable):
         self._last = now
         limit = now * (1.0 + _FINISH_RTOL)
         if self._first <= limit:
-            n = idx.size
-            if n == 1:                      # the one rated flow is the first to end: done
-                self._complete(idx)
-            elif n <= _FEW:                 # the same sums and tests on Python floats
-                ends = [k for k, s in enumerate(secs.tolist()) if s + then <= limit]
-                self._complete(idx if len(ends) == n else idx[ends])
-            else:
-                x[()], y[()] = then, limit
-                self._complete(idx[secs + x <= y])
+            x[()], y[()] = then, limit
+            self._complete(idx[secs + x <= y])
             self._dirty = False
             self._recompute(now)
         elif self._dirty:
@@ -299,8 +289,7 @@ class FlowNetwork(FlowTable):
         # the first finish: the least of ``now + left`` (rounding to nearest is monotonic), by
         # ``argmin`` (the value ``np.minimum.reduce`` gives, NaN included, without a ufunc
         # reduction: several times cheaper on a few flows)
-        self._first = first = env._now + (left.item() if left.size == 1 else
-                                          left.item(left.argmin()))
+        self._first = first = env._now + left.item(left.argmin())
         self._cur = (idx, rates, left, now)
         self._timer = timer = QueueEntry([self._on_timer])
         heappush(env._queue, (first, NORMAL, next(env._eid), timer))
