@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from simulator.gc_pause import paused_gc
 from simulator.search.executors import Backfill, make_executor, progress_printer
 from simulator.search.report import (inputs_block, plan_row, recommended_row, reference_row,
                                      switch_defaults, uneven_rows)
@@ -101,8 +102,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         started = [-j - 1 for j in range(len(refs))] if early is not None else []
         for i in started:
             early.submit(i)
-        space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
-                                dtype=cfg.dtype, system=cfg.system)
+        with paused_gc():     # hundreds of thousands of small tuples, no cycles (gc_pause)
+            space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
+                                    dtype=cfg.dtype, system=cfg.system)
         if space.size == 0:
             raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the "
                             "constraints (" + ", ".join(f"{r}: {n}" for r, n in
