@@ -2,7 +2,7 @@
 
 * Phases (default): ``simulate(job)`` of a ``bench_simulate.py`` case with CPU time (process
   time) around compile, engine setup, the event loop and the metrics; microseconds per event.
-  ``--keep-gc`` leaves Python's garbage collector running (``simulator.engine.gc_pause``).
+  ``--keep-gc`` leaves Python's garbage collector running (``simulator.gc_pause``).
 * ``--spy FILE``: a py-spy raw profile of this script (``py-spy record -r 200 -f raw -o FILE
   -- python experiments/profile_simulate.py --case 175b-full``), its samples inside
   ``simulate`` grouped by part of the engine (SimPy itself, stream dispatch, finishing ops and

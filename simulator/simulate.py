@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from simulator.engine import core as engine
-from simulator.engine.gc_pause import paused_gc
+from simulator.gc_pause import paused_gc
 from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,

@@ -5,7 +5,7 @@ import gc
 
 import pytest
 
-from simulator.engine.gc_pause import paused_gc
+from simulator.gc_pause import paused_gc
 
 
 def test_paused_inside_and_restored_after():

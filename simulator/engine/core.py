@@ -42,7 +42,7 @@ from simpy.events import NORMAL
 from simulator.engine.channels import exclusive_channels
 from simulator.engine.collectives import CollectiveRunner, CollectiveRun
 from simulator.engine.deadlock import check_finished
-from simulator.engine.gc_pause import paused_gc
+from simulator.gc_pause import paused_gc
 from simulator.engine.messages import Messaging
 from simulator.engine.sm_hold import SmHold
 from simulator.engine.streams import (CODE, COMPUTE, RECV, SEND, Rendezvous, Shape, Stream,
