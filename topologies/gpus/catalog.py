@@ -11,8 +11,8 @@ from topologies.errors import SpecError
 from topologies.gpus.spec import ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPU
 from topologies.gpus.spec import gpu_from_datasheet as _g   # short, for the table's rows
 from topologies.gpus.sustained import (B200_FP8_MAMF, GB200_FP8_MAMF, GB200_FP8_SUSTAINED_RATIO,
-                                       HOPPER_FP8, SM103_FP4_OVER_FP8, sm100_fp8_ratio,
-                                       sustained_ratio)
+                                       GB300_FP4_PEAK, GB300_FP8_PEAK, HOPPER_FP8,
+                                       SM103_FP4_OVER_FP8, sm100_fp8_ratio, sustained_ratio)
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
 # matmul_efficiency (sustained large-GEMM TFLOP/s / datasheet peak), from mamf-finder
@@ -145,9 +145,9 @@ _CATALOG = [
        0.55, aliases=("GB200-NVL72", "B200-NVL72"),
        fp8_eff=GB200_FP8_MAMF / 5000 * GB200_FP8_SUSTAINED_RATIO, sms=148, fp4=10000, blocks=_BW,
        tdp=1200, src=_SRC["GB200"], exp=ATTN_EXP_REF_RATE),
-    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * sustained_ratio(1400, 160),
-       0.55, aliases=("GB300-NVL72", "B300-NVL72"),
-       fp8_eff=_GB300_FP8, fp4_eff=_GB300_FP8 * SM103_FP4_OVER_FP8, sms=160, fp4=15000,
+    _g("GB300", 80, 1250, 2500, GB300_FP8_PEAK, 279.0, 8.0,
+       1822.0 / 2500 * sustained_ratio(1400, 160), 0.55, aliases=("GB300-NVL72", "B300-NVL72"),
+       fp8_eff=_GB300_FP8, fp4_eff=_GB300_FP8 * SM103_FP4_OVER_FP8, sms=160, fp4=GB300_FP4_PEAK,
        blocks=_BW, tdp=1400, src=_SRC["GB300"], exp=BLACKWELL_ULTRA_EXP_RATE),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
        aliases=("MI300X-192GB",), sms=304, tdp=750),

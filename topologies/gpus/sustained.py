@@ -80,7 +80,7 @@ AZURE_FP4_SUSTAINED = {
     "GB200": (7627.6, 7487.2),            # CUDA 12.8, driver 570.133.20
     "GB300": (8640.3, 8555.1),            # CUDA 13.0, driver 580.82.07
 }
-#: GB300's datasheet dense peaks (TFLOP/s; ``topologies.gpus.catalog``): fp8, fp4
+#: GB300's datasheet dense peaks (TFLOP/s), fp8 and fp4: its catalog row reads them here
 GB300_FP8_PEAK, GB300_FP4_PEAK = 5000.0, 15000.0
 
 
