@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""torchtitan's December 2024 context-parallel rows (Tables 2 and 6 of
+``benchmarks/llama3_h100_202412_torchtitan.md``) term by term (docs/calibration.md §5.186):
+per row the measured and modelled step, and the model's attention core (the SDPA kernels),
+the ring's exchanges (``ring_attention.torch_ring_stalls``), its merges
+(``merge_bytes_fwd``) and backward accumulations (``accum_bytes_bwd``) and the rest, each
+in seconds of the step; analytic.
+
+A term's step seconds are the estimate less the estimate with that term at zero (the
+pipeline's bubble included), so they add up to the step; the attention core's are its
+per-layer seconds times the layer passes the merge's delta implies. The same per unit of
+attention (``cp`` units of a 32k-token causal block per GPU; every other term per GPU is the
+same across a table) gives the per-unit tables.
+
+    python experiments/torchtitan_cp_terms.py
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Iterator
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from strategies.cost import attention_time, hbm_rate  # noqa: E402
+from strategies.cost import ring_attention as ring  # noqa: E402
+from strategies.cost.stage.inputs import stage_inputs  # noqa: E402
+from strategies.estimate.scalar import estimate  # noqa: E402
+from strategies.plan_arrays import PlanArrays  # noqa: E402
+from strategies.reference.cases import Case, case_from_entry, load_reference  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "strategies", "reference", "data", "published.json")
+#: the two tables' groups, cp 1, 2, 4, 8 each
+GROUPS = ("torchtitan_2412_8B_t2_cp", "torchtitan_2412_405B_t6_cp")
+#: ``ring_attention``'s functions a term's what-if sets to zero
+TERMS = {"merge": "merge_bytes_fwd", "accum": "accum_bytes_bwd", "exchange": "torch_ring_stalls"}
+
+
+def cases() -> dict[str, Case]:
+    """The eight rows, by id, in table order."""
+    rows = load_reference(DATA)
+    return {r["id"]: case_from_entry(r, rows) for r in rows
+            if any(r["id"].startswith(g) for g in GROUPS)}
+
+
+@contextlib.contextmanager
+def zeroed(name: str) -> Iterator[None]:
+    """``ring_attention.<name>`` returns zeros (a tuple of two for the stalls) inside the
+    block; restored after. A what-if, not a model."""
+    saved = getattr(ring, name)
+    setattr(ring, name, (lambda *a, **k: (0.0, 0.0)) if name == "torch_ring_stalls"
+            else (lambda *a, **k: 0.0))
+    try:
+        yield
+    finally:
+        setattr(ring, name, saved)
+
+
+def layer_core(case: Case) -> tuple[float, float, float, float]:
+    """(core forward, core backward, merge forward, accumulation backward) seconds of one
+    layer and micro-batch: the SDPA kernels (``attention_time_fwd`` at the plan's overlap
+    clock, ``StageInputs.slow``, less the ring's HBM passes) and the ring's passes at the
+    usable HBM rate."""
+    job = case.job
+    P, m, gpu = job.plan, job.model, job.cluster.gpu
+    si = stage_inputs(m, job.cluster, job.dtype, PlanArrays.from_plans([P]), job.framework,
+                      job.system)
+    fw, sy, slow = si.fw, si.sy, float(si.slow[0])
+    a_f, a_b = attention_time.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, gpu, slow,
+                                                 fw, sy)
+    hbm = hbm_rate.usable_hbm(gpu, sy)
+    mf = float(ring.merge_bytes_fwd(m, P.mbs, P.tp, P.cp, fw.cp_kv_heads)) / hbm
+    ab = float(ring.accum_bytes_bwd(m, P.mbs, P.tp, P.cp, fw.cp_kv_heads,
+                                    fw.attention_kernel)) / hbm
+    return float(a_f) - mf, float(a_b) - ab, mf, ab
+
+
+def row_terms(case: Case) -> dict[str, float]:
+    """One row's step (seconds): measured, modelled, and the model's core, exchange, merge,
+    accumulation and rest; the forward and backward layer passes the merge and accumulation
+    deltas imply (0 where ``cp`` is 1; ``main`` gives every row its table's cp 2 row's)."""
+    t = estimate(case.job).step_time_s
+    out = {"measured": case.measured_step_s, "model": t}
+    for k, fn in TERMS.items():
+        with zeroed(fn):
+            out[k] = t - estimate(case.job).step_time_s
+    c_f, c_b, mf, ab = layer_core(case)
+    out["passes_f"] = out["merge"] / mf if mf else 0.0
+    out["passes_b"] = out["accum"] / ab if ab else 0.0
+    out["core_f"], out["core_b"] = c_f, c_b
+    return out
+
+
+def main() -> None:
+    cs = cases()
+    rows = {rid: row_terms(c) for rid, c in cs.items()}
+    for g in GROUPS:   # one schedule a table: every row takes the cp 2 row's layer passes
+        r2 = rows[g + "2"]
+        for c in (1, 4, 8):
+            rows[f"{g}{c}"]["passes_f"], rows[f"{g}{c}"]["passes_b"] = (r2["passes_f"],
+                                                                        r2["passes_b"])
+    for r in rows.values():
+        r["core"] = r["passes_f"] * r["core_f"] + r["passes_b"] * r["core_b"]
+        r["rest"] = r["model"] - r["core"] - r["exchange"] - r["merge"] - r["accum"]
+    print("Table 1: each row's step, seconds (model terms add up to the model's step)\n")
+    print("| row | measured | model | error | attention core | ring exchanges | merges (fwd) "
+          "| accumulations (bwd) | rest | layer passes fwd / bwd |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for rid, r in rows.items():
+        print(f"| {rid} | {r['measured']:.3f} | {r['model']:.3f} "
+              f"| {100 * (r['model'] / r['measured'] - 1):+.1f} % | {r['core']:.3f} "
+              f"| {r['exchange']:.3f} | {r['merge']:.3f} | {r['accum']:.3f} | {r['rest']:.3f} "
+              f"| {r['passes_f']:.1f} / {r['passes_b']:.1f} |")
+    print("\nTable 2: seconds per added unit of attention (cp k -> 2k adds k units per GPU)\n")
+    print("| table | step | measured | model | core | exchanges | merges | accumulations "
+          "| rest |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for g in GROUPS:
+        for a, b in ((1, 2), (2, 4), (4, 8)):
+            ra, rb = rows[f"{g}{a}"], rows[f"{g}{b}"]
+            d = {k: (rb[k] - ra[k]) / a for k in ("measured", "model", "core", "exchange",
+                                                  "merge", "accum", "rest")}
+            print(f"| {g.split('_')[2]} | cp {a} -> {b} | {d['measured']:.3f} | {d['model']:.3f} "
+                  f"| {d['core']:.3f} | {d['exchange']:.3f} | {d['merge']:.3f} "
+                  f"| {d['accum']:.3f} | {d['rest']:.3f} |")
+    print("\nTable 3: seconds per unit of attention the step leaves once the model's rest is "
+          "taken off ((step - rest) / cp), and that over the table's cp 1 row\n")
+    print("| row | measured | model | measured / cp 1 | model / cp 1 |")
+    print("|---|---:|---:|---:|---:|")
+    for g in GROUPS:
+        one = rows[g + "1"]
+        m1, o1 = one["measured"] - one["rest"], one["model"] - one["rest"]
+        for c in (1, 2, 4, 8):
+            r = rows[f"{g}{c}"]
+            m, o = (r["measured"] - r["rest"]) / c, (r["model"] - r["rest"]) / c
+            print(f"| {g}{c} | {m:.3f} | {o:.3f} | {m / m1:.3f} | {o / o1:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
