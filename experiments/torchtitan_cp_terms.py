@@ -23,7 +23,8 @@ from typing import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import attention_time, hbm_rate  # noqa: E402
+from strategies.cost import attention_time, hbm_rate, token_counts  # noqa: E402
+from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import ring_attention as ring  # noqa: E402
 from strategies.cost.stage.inputs import stage_inputs  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -136,6 +137,34 @@ def main() -> None:
             r = rows[f"{g}{c}"]
             m, o = (r["measured"] - r["rest"]) / c, (r["model"] - r["rest"]) / c
             print(f"| {g}{c} | {m:.3f} | {o:.3f} | {m / m1:.3f} | {o / o1:.3f} |")
+    print("\nTable 4: one layer's ring traffic against one step's attention core, ms "
+          "(``torch_ring_stalls``' inputs: the K/V all-gather G, the fp32 dK/dV hop S, one "
+          "step's forward and backward core)\n")
+    print("| row | G | S | step fwd | step bwd | stall fwd | stall bwd |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for rid, c in cs.items():
+        if c.job.plan.cp > 1:
+            g = ring_traffic(c)
+            print(f"| {rid} | " + " | ".join(f"{1e3 * v:.1f}" for v in g) + " |")
+
+
+def ring_traffic(case: Case) -> tuple[float, ...]:
+    """(G, S, step forward, step backward, stall forward, stall backward) seconds of one
+    layer: ``torch_ring_stalls``' all-gather of ``cp`` K/V blocks over the context-parallel
+    group and fp32 dK/dV hop (``comm.collective_time``, ``comm.p2p_time``), ``attn/cp`` of
+    the layer's attention (core and ring passes, as the estimate passes it), and the stalls."""
+    job = case.job
+    P, m, cl = job.plan, job.model, job.cluster
+    si = stage_inputs(m, cl, job.dtype, PlanArrays.from_plans([P]), job.framework, job.system)
+    fw, sy, slow = si.fw, si.sy, float(si.slow[0])
+    a_f, a_b = attention_time.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, cl.gpu,
+                                                 slow, fw, sy)
+    block = token_counts.ACT_BYTES * float(ring.kv_block_elements(m, P.mbs, P.tp, P.cp,
+                                                                  fw.cp_kv_heads))
+    g = float(cm.collective_time("allgather", block * P.cp, P.cp, P.tp, cl))
+    s = float(cm.p2p_time(ring.DKV_SCALE * block, cl, P.tp))
+    st_f, st_b = ring.torch_ring_stalls(m, P.mbs, P.tp, P.cp, a_f, a_b, cl, fw.cp_kv_heads)
+    return g, s, float(a_f) / P.cp, float(a_b) / P.cp, float(st_f), float(st_b)
 
 
 if __name__ == "__main__":
