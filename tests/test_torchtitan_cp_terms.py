@@ -24,3 +24,12 @@ def test_layer_passes_of_the_8b_cp2_row():
     assert abs(r["passes_f"] - 64.0) < 1e-6
     assert abs(r["passes_b"] - 32.0) < 1e-6
     assert r["merge"] > 0.0 and r["accum"] > 0.0 and r["exchange"] > 0.0
+
+
+def test_affine_floor_closed_forms():
+    """Steps on a line t(1) + d + B(c-1) are fitted exactly (e = 0, d and B recovered); steps
+    all below t(1) can do no better than d = B = 0, e = (t(1) - m)/m."""
+    e, d, b = tct.affine_floor(10.0, (2, 4, 8), [10.0 + 1.5 + 2.0 * (c - 1) for c in (2, 4, 8)])
+    assert abs(e) < 1e-12 and abs(d - 1.5) < 1e-9 and abs(b - 2.0) < 1e-9
+    e, d, b = tct.affine_floor(10.0, (2, 4, 8), [5.0, 5.0, 5.0])
+    assert abs(e - 1.0) < 1e-12 and abs(d) < 1e-12 and abs(b) < 1e-12
