@@ -3,7 +3,7 @@
 job but for the precision, the measured bf16/quantised step ratio against the model's, and the
 model's own decomposition of the saving (docs/calibration.md §5.184). Analytic only.
 
-    python experiments/fp8_twins.py            # Markdown tables on stdout (about a minute)
+    python experiments/fp8_twins.py            # Markdown tables on stdout (about 15 s)
 
 **How rows are paired** (``twin_key``): two rows of one reference file are twins when the
 jobs the reader builds (``case_from_entry``) are equal once the fields the precision sets are
@@ -13,10 +13,12 @@ the system's ``param_gather_bytes``, ``quantised_weights``, ``grad_buffer_bytes`
 container, read from the source's ``also``/``software`` text or the row's ``release``, else the
 release token the row id starts with). The job carries the model, the cluster (GPU type and
 count), the plan and the framework profile (Transformer Engine release included), so every
-other field must match. A bf16 row pairs with every quantised row of its key; rows without a
-job or a measured step are left out.
+other field must match. Within a key every two rows of different precisions pair, the base
+the one earlier in ``ORDER`` (bf16 before every quantised precision); rows without a job or a
+measured step are left out. ``LAUNCH_DIFFERS`` flags (†) pairs whose launch scripts differ in
+something the job does not carry.
 
-Table 1: per pair, the measured and the modelled step ratio ``bf16 / quantised``, their
+Table 1: per bf16 twin, the measured and the modelled step ratio ``bf16 / quantised``, their
 quotient ``model / measured`` (above 1: the model credits the precision with more than it
 saved), and the modelled saving in seconds split by step term (``breakdown_s``: compute, TP,
 data-parallel, expert and pipeline communication, bubble, optimizer).
@@ -26,9 +28,15 @@ and backward), by the cost model's own term functions as ``layer_time`` calls th
 ``stage_costs`` runs (``recording``): the GEMMs saved, the casts (``cast_time``: quantise,
 transpose and amax passes), the per-expert quantise launches, the expert padding copies, the
 permutation bytes, the attention core (FP8 attention) and the amax all-reduces; the remainder
-of the compute term per layer-micro-batch is "other".
+of the compute term per layer-micro-batch is "other"; the mean layer's GFLOP per GEMM.
 
-Table 3: the quotient grouped by GPU family, precision, dense/MoE and stack.
+Table 3: the quotient grouped by GPU family, precision, dense/MoE and stack; and per GPU
+family, the NeMo pairs by dense/MoE.
+
+Table 4: the MoE twins' gap (the modelled saving less the measured one, ms per layer and
+micro-batch) against the model's GEMM saving by part (``gemm_by_part``).
+
+Table 5: the twins of two quantised precisions.
 """
 from __future__ import annotations
 
@@ -45,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 from experiments.blackwell_dense_rows import table  # noqa: E402
-from experiments.calibration_ablation import cost_holders  # noqa: E402
+from experiments.calibration_ablation import cost_holders, patched  # noqa: E402
 from experiments.fp8_rows import family  # noqa: E402
 from strategies.cost import amax, gemm_shapes, gemm_time, layer_time  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
@@ -68,8 +76,8 @@ ID_RELEASE = re.compile(r"^[a-z_]*?\d{4,6}(?=_)")
 #: backward) seconds of the mean layer, ``units_time_fwd`` the forward alone and
 #: ``units_time_bwd`` (all, weight-gradient) of which the first is read; ``layer_time`` itself
 #: is recorded for its ``slow`` (the overlap clock factor its GEMMs take)
-TERMS = (("layer_time", None), ("units_time_fwd", "GEMM"), ("units_time_bwd", "GEMM"), ("cast_time", "casts"),
-         ("expert_quantise_time", "quantise launches"), ("expert_pad_time", "expert padding"),
+TERMS = (("layer_time", None), ("units_time_fwd", "GEMM"), ("units_time_bwd", "GEMM"),
+         ("cast_time", "casts"), ("expert_quantise_time", "quantise launches"), ("expert_pad_time", "expert padding"),
          ("moe_permute_time", "permute"), ("attention_time_fwd", "attention"),
          ("amax_reduction_time", "amax all-reduce"))
 LABELS = ("GEMM", "casts", "quantise launches", "expert padding", "permute", "attention",
@@ -154,8 +162,8 @@ def recording():
     state = {"depth": 0, "done": False}
     names = [n for n, _ in TERMS] + ["layer_gemm_parts"]
     home = {"amax_reduction_time": amax, "layer_gemm_parts": gemm_shapes}
-    saved = [(m, n, getattr(m, n)) for n in names
-             for m in cost_holders(home.get(n, layer_time), n)]
+    held = [(m, n, getattr(m, n)) for n in names
+            for m in cost_holders(home.get(n, layer_time), n)]
 
     def wrap(name, f):
         def g(*a, **k):
@@ -177,13 +185,10 @@ def recording():
                     seen.setdefault("gemm_args", a)
             return r
         return g
-    try:
-        for m, n, f in saved:
-            setattr(m, n, wrap(n, f))
+    with contextlib.ExitStack() as stack:
+        for m, n, f in held:
+            stack.enter_context(patched(m, n, wrap(n, f)))
         yield seen
-    finally:
-        for m, n, f in saved:
-            setattr(m, n, f)
 
 
 def layer_record(job) -> dict:
