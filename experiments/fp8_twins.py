@@ -37,6 +37,11 @@ Table 4: the MoE twins' gap (the modelled saving less the measured one, ms per l
 micro-batch) against the model's GEMM saving by part (``gemm_by_part``).
 
 Table 5: the twins of two quantised precisions.
+
+Table 6: the repository's one Hopper measurement of both precisions per GEMM shape (the H200
+profile ``moe_fp8_twin.gemm_pairs`` reads, every size): the measured fp8/bf16 time against the
+model's, geometric means by size, and the profile's points nearest Grok-1's expert GEMMs
+(``GROK_EXPERT_GEMMS``).
 """
 from __future__ import annotations
 
@@ -92,6 +97,12 @@ LAUNCH_DIFFERS = {
         "fp8 only runs per-layer CUDA graphs: NVIDIA/dgxc-benchmarking v25.05.05 "
         "llama4/launch.sh, h100 branch: CUDA_GRAPH true if DTYPE is fp8, else false",
 }
+#: Grok-1's expert GEMMs (M, N, K) on the H100 rows: fc1 and fc2 at etp 4 (NeMo 24.12) and 1
+#: (NeMo 25.04), forward shapes (``gemm_shapes.layer_gemm_parts``)
+GROK_EXPERT_GEMMS = ((8192, 16384, 6144), (8192, 6144, 8192), (2048, 65536, 6144),
+                     (2048, 6144, 32768))
+#: FLOP bins of Table 6
+GEMM_BINS = ((0.0, 1e11), (1e11, 1e12), (1e12, 4e12), (4e12, 1e14))
 STEP_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
               "bubble", "optimizer")
 
@@ -289,6 +300,28 @@ def group_table(recs: list[dict], key: str) -> list[list[str]]:
     return out
 
 
+def gemm_rate_tables() -> None:
+    """Table 6 (``gemm_pairs`` of the H200 profile at every size)."""
+    from experiments.moe_fp8_twin import gemm_pairs
+    pts = gemm_pairs(max_flops=1e16, max_side=10 ** 6)
+    gm = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
+    rows = []
+    for lo, hi in GEMM_BINS:
+        v = [p for p in pts if lo <= p[0] < hi]
+        if v:
+            rows.append([f"{lo:.0e}-{hi:.0e}", str(len(v)), f"{gm([p[4] for p in v]):.3f}",
+                         f"{gm([p[5] for p in v]):.3f}", f"{gm([p[4] / p[5] for p in v]):.3f}"])
+    table("Table 6: H200 profile, fp8/bf16 GEMM time by size (geometric means)",
+          ["FLOPs", "shapes", "measured", "model", "measured / model"], rows)
+    near = []
+    for t in GROK_EXPERT_GEMMS:
+        p = min(pts, key=lambda p: sum(abs(np.log(a / b)) for a, b in zip(p[1:4], t)))
+        near.append([str(t), str(p[1:4]), f"{p[4]:.3f}", f"{p[5]:.3f}", f"{p[4] / p[5]:.3f}"])
+    table("Table 6b: the profile's points nearest Grok-1's expert GEMMs",
+          ["expert GEMM (M, N, K)", "nearest point", "measured fp8/bf16", "model",
+           "measured / model"], near)
+
+
 def _row1(r: dict) -> list[str]:
     d = r["d_step"]
     return [r["file"], r["q"] + (" †" if r["note"] else ""), r["bf16"], r["gpu"], r["dtype"],
@@ -341,6 +374,7 @@ def main() -> None:
          f"{r['gap'] / r['d_gemm']['routed_mlp']:.2f}"] for r in moe], left=2)
     table("Table 5: twins between two quantised precisions (ratio = base step / row step)",
           HEAD1, [_row1(r) for r in recs if r["base"] != "bf16"], left=6)
+    gemm_rate_tables()
     print("\nNotes (†):")
     for r in recs:
         if r["note"]:

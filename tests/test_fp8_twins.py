@@ -115,3 +115,14 @@ def test_grok_h100_twin_figures():
     # fraction of the experts' modelled GEMM saving
     assert r["quot"] > 1.03
     assert 0 < r["gap"] < r["d_gemm"]["routed_mlp"]
+
+
+def test_grok_expert_shapes_are_the_rows():
+    """Table 6b's shapes are the Grok-1 H100 rows' routed GEMMs (24.12 at etp 4, 25.04 at 1)."""
+    rows = dgxc_rows()
+    got = []
+    for rid in (GROK_FP8, "dgxc2505_grok1_314b_h100_512_fp8"):
+        r = t.layer_record(case_from_entry(_row(rid), rows).job)
+        got += [tuple(int(t._s(x)) for x in g[1:4]) for p, g in r["layer_gemm_parts"]
+                if p == "routed_mlp" and t._s(g[2]) > 64]          # the router left out
+    assert tuple(got) == t.GROK_EXPERT_GEMMS
