@@ -26,7 +26,12 @@ d_v``; docs/calibration.md §5.131) on head dims 64 and 192, each alone and toge
 host as fitted at 128, the backward with its register rule ``tile_dims`` (§5.132; head dim
 128's points do not move with either).
 
-    python experiments/attention_grid_fit.py [--orders] [--points] [--held-out] [--shapes GPU]
+``--tiles`` sets the backward's time per FLOP by head dim (one free factor a head dim, the
+grid at its key tile) beside what a tile model of sums on FlashAttention-3's sm90 tiles can
+give at most (§5.183).
+
+    python experiments/attention_grid_fit.py [--orders] [--points] [--held-out] [--tiles]
+        [--shapes GPU]
 """
 from __future__ import annotations
 
@@ -166,25 +171,31 @@ def held_out_points(head_dim: int) -> list[Point]:
             if a["causal"] and a["head_dim"] == head_dim and a["fwd_seconds"]]
 
 
-def held_out_residuals(f: Fit, kernel: str, direction: str,
-                       pts: list[Point]) -> list[tuple[Point, float, bool]]:
+def held_out_residuals(f: Fit, kernel: str, direction: str, pts: list[Point],
+                       factor: float | None = None) -> list[tuple[Point, float, bool]]:
     """(point, log(model / measured), host-bound) of ``pts`` under the in-sample fit ``f``
-    (its c0, E and host floor; nothing refitted) with ``f.kernel``'s head-dim factor
-    (``attention_grid.head_dim_factor`` at ``2·head_dim``: the table's q, k and v share it)."""
+    (its c0, E and host floor; nothing refitted) with ``f.kernel``'s grid at the point's head
+    dim (``attention_grid.at_head_dim``: the backward's key tile) and head-dim factor
+    (``attention_grid.head_dim_factor`` at ``2·head_dim``: the table's q, k and v share it;
+    ``factor``: this factor instead)."""
     peak = GPU.peak("bf16")
     out = []
     for p in pts:
         if p.kernel != kernel:
             continue
+        g = ag.at_head_dim(f.kernel, p.head_dim)
         x = flops(p, direction) / (peak * ag.grid_factor(
-            f.kernel, p.batch * p.heads, -(-p.seq // ag.TILE), GPU.sm_count)
-            * ag.head_dim_factor(f.kernel, 2 * p.head_dim))
+            g, p.batch * p.heads, -(-p.seq // g.rows), GPU.sm_count)
+            * (ag.head_dim_factor(f.kernel, 2 * p.head_dim) if factor is None else factor))
         t = p.fwd_s if direction == "fwd" else p.bwd_s
         out.append((p, math.log(max(x / f.asymptote, f.host_s) / t), x / f.asymptote <= f.host_s))
     return out
 
 
 S0_GRID = tuple(2.0 * i for i in range(0, 301))
+#: the backward's s0 that §5.132 landed with the 128-row tile at every head dim (the "before"
+#: of §5.183's key tile by head dim)
+S0_5132 = 82.0
 
 
 def with_s0(f: Fit, s0: float) -> Fit:
@@ -194,13 +205,21 @@ def with_s0(f: Fit, s0: float) -> Fit:
 
 
 def flat(f: Fit) -> Fit:
-    """``f`` at head dim 128's rate at every head dim (neither ``s0`` nor ``tile_dims``)."""
-    return f._replace(kernel=dataclasses.replace(f.kernel, head_dim_s0=0.0, tile_dims=0.0))
+    """``f`` at head dim 128's rate and tile at every head dim (no ``s0``, ``tile_dims`` or
+    ``key_rows``)."""
+    return f._replace(kernel=dataclasses.replace(f.kernel, head_dim_s0=0.0, tile_dims=0.0,
+                                                 key_rows=()))
+
+
+def one_tile(f: Fit) -> Fit:
+    """``f`` with the 128-row tile at every head dim (no ``key_rows``: §5.132's grid)."""
+    return f._replace(kernel=dataclasses.replace(f.kernel, key_rows=()))
 
 
 def by_head_dim(f: Fit) -> bool:
-    """Whether ``f``'s kernel has a rate by head dim (``attention_grid.head_dim_factor``)."""
-    return bool(f.kernel.head_dim_s0 or f.kernel.tile_dims)
+    """Whether ``f``'s kernel has a rate or tile by head dim (``attention_grid.head_dim_factor``,
+    ``at_head_dim``)."""
+    return bool(f.kernel.head_dim_s0 or f.kernel.tile_dims or f.kernel.key_rows)
 
 
 def rms_at(f: Fit, kernel: str, direction: str, head_dims: tuple[int, ...]) -> float:
@@ -219,6 +238,35 @@ def fit_s0(f: Fit, kernel: str, direction: str, head_dims: tuple[int, ...]) -> t
                key=lambda x: x[1])
 
 
+#: FlashAttention-3's sm90 backward by head dim (Dao-AILab/flash-attention @0251105,
+#: hopper/flash_bwd_launch_template.h ``run_mha_bwd_hdim64/128/192/256``, causal, no softcap):
+#: (kBlockM, kBlockN, Stages_dO, Stages_dS, MMA warpgroups)
+FA3_SM90_BWD = {64: (128, 128, 2, 2, 2), 128: (64, 128, 2, 2, 2), 192: (64, 96, 1, 1, 3),
+                256: (64, 80, 1, 1, 2)}
+FACTOR_GRID = tuple(0.4 + 0.005 * i for i in range(161))
+
+
+def free_factor(f: Fit, head_dim: int) -> tuple[float, float]:
+    """(factor, rms): the one factor on cuDNN's backward rate at ``head_dim`` (on
+    ``FACTOR_GRID``) that fits run 4's points there best, with the grid at the head dim's key
+    tile: what any rate-by-head-dim rule could at most reach at that head dim."""
+    def rms(x: float) -> float:
+        rs = [r for _, r, _ in held_out_residuals(f, "native", "bwd",
+                                                   held_out_points(head_dim), x)]
+        return math.sqrt(sum(r * r for r in rs) / len(rs))
+    return min(((x, rms(x)) for x in FACTOR_GRID), key=lambda t: t[1])
+
+
+def additive_bound(head_dim: int) -> float:
+    """The most a tile's time per FLOP at ``head_dim`` can exceed head dim 128's when it is
+    a sum of non-negative terms (per FLOP; per score element, ∝ 1/D; per query tile visited,
+    ∝ 1/kBlockN; per tile pair, ∝ 1/(kBlockM·kBlockN·D)) on FlashAttention-3's sm90 tiles:
+    the largest of the terms' ratios to head dim 128's."""
+    bm, bn = FA3_SM90_BWD[head_dim][:2]
+    bm0, bn0 = FA3_SM90_BWD[128][:2]
+    return max(1.0, 128 / head_dim, bn0 / bn, (bm0 * bn0 * 128) / (bm * bn * head_dim))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orders", action="store_true", help="compare CTA orders and occupancy")
@@ -226,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-out", action="store_true",
                     help="the in-sample fit against the dense table measured after it "
                     "(run4), by head dim and sequence")
+    ap.add_argument("--tiles", action="store_true",
+                    help="the backward's time per FLOP by head dim against FlashAttention-3's "
+                    "sm90 tiles (docs/calibration.md §5.183)")
     ap.add_argument("--shapes", default=None, metavar="GPU",
                     help="the cost model's factor on the catalog rate by sequence x batch·heads")
     a = ap.parse_args(argv)
@@ -274,12 +325,16 @@ def main(argv: list[str] | None = None) -> int:
               "kernel-bound points under the in-sample constants, before (head dim 128's rate) "
               "→ after (attention_grid.head_dim_factor: s0, and the backward's register rule "
               "tile_dims)")
-        print("| kernel | dir | head dim | s0 / tile_dims | points (kernel-bound) | rms | max abs | "
-              "median by seq 512 ... 32768 |")
+        print("| kernel | dir | head dim | s0 / tile_dims / key rows | points (kernel-bound) | rms "
+              "| max abs | median by seq 512 ... 32768 |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
         for (k, d), f in fits.items():
             for hd in (64, 128, 192):
-                for g in ((flat(f), f) if by_head_dim(f) and hd != 128 else (f,)):
+                gs = (f,)
+                if by_head_dim(f) and hd != 128:
+                    gs = ((flat(f), with_s0(one_tile(f), S0_5132), f) if f.kernel.key_rows
+                          else (flat(f), f))
+                for g in gs:
                     res = held_out_residuals(g, k, d, held_out_points(hd))
                     kb = [(p, r) for p, r, host in res if not host]
                     if not kb:
@@ -290,20 +345,24 @@ def main(argv: list[str] | None = None) -> int:
                     med = " ".join(f"{sorted(v)[len(v) // 2]:+.2f}" for _, v in sorted(by.items()))
                     rs = [r for _, r in kb]
                     print(f"| {k} | {d} | {hd} | {g.kernel.head_dim_s0:.0f} / "
-                          f"{g.kernel.tile_dims:.0f} | {len(res)} "
+                          f"{g.kernel.tile_dims:.0f} / {ag.at_head_dim(g.kernel, hd).rows} | "
+                          f"{len(res)} "
                           f"({len(kb)}) | {math.sqrt(sum(r * r for r in rs) / len(rs)):.3f} | "
                           f"{max(abs(r) for r in rs):.3f} | {med} |")
         print("\nThe head-dim constant s0 (units of d_qk + d_v; rms of log time over every run-4 "
               "point of the head dims, with the kernel's tile_dims; 'cross': s0 from one head "
               "dim, the rms at the other; 'flat': head dim 128's rate, neither s0 nor tile_dims)")
-        print("| kernel | dir | tile_dims | s0 (64) | s0 (192) | s0 (both) | rms both at it | "
-              "cross 64→192 | cross 192→64 | rms both, s0 0 | rms both, flat | module s0 |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for d in ("fwd", "bwd"):
-            f = fits[("native", d)]
+        print("| kernel | dir | tile_dims | key rows at 192 | s0 (64) | s0 (192) | s0 (both) | "
+              "rms both at it | cross 64→192 | cross 192→64 | rms both, s0 0 | rms both, flat | "
+              "module s0 |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| ---: |")
+        for d, f in (("fwd", fits[("native", "fwd")]), ("bwd", one_tile(fits[("native", "bwd")])),
+                     ("bwd", fits[("native", "bwd")])):
             (s64, _), (s192, _), (sb, rb) = (fit_s0(f, "native", d, h)
                                              for h in ((64,), (192,), (64, 192)))
-            print(f"| native | {d} | {f.kernel.tile_dims:.0f} | {s64:.0f} | {s192:.0f} | "
+            print(f"| native | {d} | {f.kernel.tile_dims:.0f} | "
+                  f"{ag.at_head_dim(f.kernel, 192).rows} | {s64:.0f} | {s192:.0f} | "
                   f"{sb:.0f} | {rb:.3f} | "
                   f"{rms_at(with_s0(f, s64), 'native', d, (192,)):.3f} | "
                   f"{rms_at(with_s0(f, s192), 'native', d, (64,)):.3f} | "
@@ -312,6 +371,21 @@ def main(argv: list[str] | None = None) -> int:
                   f"{f.kernel.head_dim_s0:.0f} |")
         print("\nIn sample (run 1/2, head dim 128 only): unchanged by s0 and tile_dims "
               "(head_dim_factor is exactly 1 at d_qk + d_v = %d)" % ag.REF_DIMS)
+    if a.tiles:
+        f = fits[("native", "bwd")]
+        print("\ncuDNN backward: time per FLOP over head dim 128's, by head dim (run 4, one "
+              "free factor a head dim, the grid at the key tile; the tile model's most with "
+              "FlashAttention-3's sm90 tiles; the module's rule)")
+        print("| head dim | FA3 sm90 Bm x Bn | stages dO / dS | MMA warpgroups | key rows | "
+              "fitted (rms) | additive tile model at most | module |")
+        print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for hd in (64, 192):
+            bm, bn, sdo, sds, wg = FA3_SM90_BWD[hd]
+            x, r = free_factor(f, hd)
+            print(f"| {hd} | {bm} x {bn} | {sdo} / {sds} | {wg} | "
+                  f"{ag.at_head_dim(f.kernel, hd).rows} | {1 / x:.2f} ({r:.3f}) | "
+                  f"{additive_bound(hd):.2f} | "
+                  f"{1 / ag.head_dim_factor(f.kernel, 2 * hd):.2f} |")
     if a.points:
         for (k, d), f in fits.items():
             print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"

@@ -56,11 +56,15 @@ normalised to 1 at head dim 128 (``REF_DIMS``, the catalog's and the fit's), wit
 dims measured (``DIMS_RANGE``). cuDNN's forward: ``s0`` 138 from its H200 points at head dims 64
 and 192 (rms of log time 0.232 -> 0.097); its backward: ``tile_dims`` 256 (the register rule)
 and ``s0`` from the same points with it (``experiments/attention_grid_fit.py --held-out``).
-FlashAttention-2 keeps head dim 128's rate (not measured at other head dims)."""
+The backward's grid also takes its key tile by head dim (``at_head_dim``, ``BWD_KEY_ROWS``,
+§5.183): FlashAttention-3's sm90 ``kBlockN`` at the larger of d_qk and d_v (128 rows up to head
+dim 128, 96 at 192, 80 at 256), more and shorter CTAs, each paying the same fixed time.
+FlashAttention-2 keeps head dim 128's rate and tile (not measured at other head dims)."""
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -89,8 +93,16 @@ REF_DIMS = 256
 #: the nearest end's factor (no extrapolation)
 DIMS_RANGE = (128, 384)
 #: cuDNN backward's head-dim constant (units of d_qk + d_v), with its register rule
-#: (``tile_dims``); docs/calibration.md §5.132
-BWD_S0 = 82.0
+#: (``tile_dims``) and its key tile by head dim (``BWD_KEY_ROWS``); docs/calibration.md §5.132,
+#: §5.183
+BWD_S0 = 74.0
+#: the backward's key tile (rows a CTA owns) by head dim, ``(largest head dim, rows)``:
+#: FlashAttention-3's sm90 ``kBlockN`` (Dao-AILab/flash-attention @0251105,
+#: hopper/flash_bwd_launch_template.h ``run_mha_bwd_hdim64/96/128/192/256``: 128 up to head
+#: dim 128, 96 at 192, 80 at 256), the head dim being the larger of d_qk and d_v (hopper/
+#: flash_api.cpp ``mha_bwd`` rounds both to it: MLA's 192/128 runs the 192 kernel);
+#: docs/calibration.md §5.183
+BWD_KEY_ROWS = ((128, 128), (192, 96), (256, 80))
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,10 @@ class GridKernel:
     softmax over its scores; ``head_dim_factor``; 0: the rate is head dim 128's at every
     head dim); ``tile_dims``: the ``d_qk + d_v`` above which the CTA's key tile, held in
     registers, shrinks as ``tile_dims/D`` and the rate with it (the backward's dK/dV
-    accumulators; 0: no such limit)."""
+    accumulators; 0: no such limit); ``rows``: the tile's rows (a query tile's in the forward,
+    a key tile's in the backward; the grid's unit is a ``rows`` x ``rows`` tile and
+    ``fixed_tiles`` counts in it); ``key_rows``: ``(largest head dim, rows)`` pairs, ascending,
+    the tile by head dim (``at_head_dim``; empty: ``rows`` at every head dim)."""
 
     name: str
     order: str
@@ -112,6 +127,8 @@ class GridKernel:
     fixed_tiles: float
     head_dim_s0: float = 0.0
     tile_dims: float = 0.0
+    rows: int = TILE
+    key_rows: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -127,6 +144,15 @@ class GridKernel:
         if not (self.tile_dims == 0.0 or 64.0 <= self.tile_dims <= 4096.0):
             raise SpecError("GridKernel.tile_dims", self.tile_dims,
                             "must be 0 (no limit) or in [64, 4096] (d_qk + d_v)")
+        if not (isinstance(self.rows, int) and 16 <= self.rows <= 256):
+            raise SpecError("GridKernel.rows", self.rows, "must be an integer in [16, 256]")
+        bounds = [hd for hd, _ in self.key_rows]
+        if bounds != sorted(set(bounds)) or any(
+                not (isinstance(r, int) and 16 <= r <= 256 and hd >= 1)
+                for hd, r in self.key_rows):
+            raise SpecError("GridKernel.key_rows", self.key_rows,
+                            "must be (head dim >= 1, rows in [16, 256]) pairs, head dims "
+                            "strictly ascending")
 
 
 # Fixed costs: experiments/attention_grid_fit.py on the H200 points (run 1 and 2 sweeps and
@@ -136,7 +162,8 @@ class GridKernel:
 # its register rule, ``tile_dims`` = REF_DIMS: FlashAttention-3's sm90 backward keeps 128 keys
 # up to head dim 128, hopper/flash_bwd_launch_template.h)
 CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75, 138.0)
-CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75, BWD_S0, 256.0)
+CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75, BWD_S0, 256.0,
+                       key_rows=BWD_KEY_ROWS)
 FA2_FWD = GridKernel("fa2-fwd", "head_asc", 1, 1.0)
 FA2_BWD = GridKernel("fa2-bwd", "head_desc", 1, 3.25)
 
@@ -204,6 +231,23 @@ def head_dim_factor(kernel: GridKernel, dims: int) -> float:
     return _rate_at(kernel, d) / _rate_at(kernel, float(REF_DIMS))
 
 
+def at_head_dim(kernel: GridKernel, head_dim: int) -> GridKernel:
+    """``kernel``'s grid at head dim ``head_dim`` (the larger of d_qk and d_v): its tile of
+    ``key_rows`` (the first pair whose head dim is >= ``head_dim``; above the last, the last's
+    rows), with the fixed cost a CTA pays unchanged in time, i.e. ``fixed_tiles`` times
+    ``(rows/new rows)²`` in the new tile's units; ``kernel`` itself where the rows do not
+    change (no ``key_rows``, or the same rows), so head dim 128 is bit for bit unchanged."""
+    if not (isinstance(head_dim, (int, np.integer)) and head_dim >= 1):
+        raise SpecError("attention_grid.at_head_dim", head_dim, "head dim must be an integer >= 1")
+    if not kernel.key_rows:
+        return kernel
+    rows = next((r for hd, r in kernel.key_rows if head_dim <= hd), kernel.key_rows[-1][1])
+    if rows == kernel.rows:
+        return kernel
+    return replace(kernel, rows=rows, key_rows=(),
+                   fixed_tiles=kernel.fixed_tiles * (kernel.rows / rows) ** 2)
+
+
 def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:
     """(forward, backward) grids of the fused kernel ``kernel`` ("native" or "fa2", as
     ``GPU.flash_efficiency``) on ``gpu``: FlashAttention-2's for "fa2" and for "native" before
@@ -217,18 +261,20 @@ def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:
 
 
 def shape_factors(gpu: GPU, kernel: str, groups: int, seq: int,
-                  dims: int = REF_DIMS) -> tuple[float, float]:
+                  dims: int = REF_DIMS, head_dim: int | None = None) -> tuple[float, float]:
     """(forward, backward) factor on the catalog's rate of one full causal attention of
     ``groups`` (batch x heads) sequences of ``seq`` tokens with ``dims = d_qk + d_v``:
-    ``grid_factor`` there over the one at (``REF_GROUPS``, ``REF_SEQ``), times
-    ``head_dim_factor``; 1.0 where ``kernels`` has no grid for the chip."""
+    ``grid_factor`` of the kernel at its tile for ``head_dim`` (``at_head_dim``; the larger of
+    d_qk and d_v, default ``ceil(dims/2)``) there over the one at (``REF_GROUPS``,
+    ``REF_SEQ``) at its own tile, times ``head_dim_factor``; 1.0 where ``kernels`` has no grid
+    for the chip."""
     ks = kernels(gpu, kernel)
     if ks is None:
         return 1.0, 1.0
-    n = max(1, -(-int(seq) // TILE))
-    f, b = (grid_factor(k, max(1, int(groups)), n, gpu.sm_count)
-            / grid_factor(k, REF_GROUPS, REF_SEQ // TILE, gpu.sm_count)
-            * head_dim_factor(k, dims) for k in ks)
+    hd = -(-int(dims) // 2) if head_dim is None else head_dim
+    f, b = (grid_factor(g, max(1, int(groups)), max(1, -(-int(seq) // g.rows)), gpu.sm_count)
+            / grid_factor(k, REF_GROUPS, REF_SEQ // k.rows, gpu.sm_count)
+            * head_dim_factor(k, dims) for k, g in ((k, at_head_dim(k, hd)) for k in ks))
     return f, b
 
 
@@ -242,10 +288,10 @@ def ring_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int) ->
     ``2c`` (half the steps each, on average over ranks): equal CTAs, ``ceil(CTAs/slots)``
     waves of ``ctas_per_sm·(tiles + c0)``. The useful tiles of every step over ``sms`` times
     the summed makespans; ``grid_factor`` at ``cp`` 1."""
-    n = max(1, -(-int(seq) // (cp * TILE)))
+    n = max(1, -(-int(seq) // (cp * kernel.rows)))
     if cp <= 1:
         return grid_factor(kernel, groups, n, sms)
-    c = max(1, -(-int(seq) // (2 * cp * TILE)))
+    c = max(1, -(-int(seq) // (2 * cp * kernel.rows)))
     k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
     slots = sms * k
 
@@ -284,8 +330,8 @@ def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: in
     ``grid_factor`` at ``cp`` 1. ``fwd``: the forward's grid (one CTA per query tile), else
     the backward's (one per key tile). docs/calibration.md §5.134."""
     if cp <= 1:
-        return grid_factor(kernel, groups, max(1, -(-int(seq) // TILE)), sms)
-    q = max(1, -(-int(seq) // (2 * cp * TILE)))
+        return grid_factor(kernel, groups, max(1, -(-int(seq) // kernel.rows)), sms)
+    q = max(1, -(-int(seq) // (2 * cp * kernel.rows)))
     k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
     slots = sms * k
     useful = groups * ((2 * cp - 1) * q * q + q * (q + 1))
@@ -316,22 +362,30 @@ def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
     full = (allgather_factor(gk, groups, m.seq_length, cp, sms, gather == 1) if gather
             else ring_factor(gk, groups, m.seq_length, cp, sms))
     w = window_share(m) if windows else 0.0
-    if not w or m.sliding_window is None or m.sliding_window >= n * TILE:
+    r = gk.rows
+    if not w or m.sliding_window is None or m.sliding_window >= n * r:
         return full
     if m.window_kind == "chunked":
-        c = max(1, -(-m.sliding_window // TILE))
+        c = max(1, -(-m.sliding_window // r))
         win = grid_factor(gk, groups * max(1, n // c), min(c, n), sms)
     else:
-        win = grid_factor(gk, groups, n, sms, -(-(m.sliding_window - 1) // TILE) + 1)
+        win = grid_factor(gk, groups, n, sms, -(-(m.sliding_window - 1) // r) + 1)
     return 1.0 / ((1.0 - w) / full + w / win)
+
+
+def _tiles(seq: int, cp: int, rows: int) -> int:
+    """A rank's tiles of ``rows`` along ``seq`` tokens over ``cp`` ranks (as ``rate_factors``
+    counts 128-row ones)."""
+    return max(1, math.ceil(seq / cp / rows - 1e-9))
 
 
 def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
                  windows: bool = True, allgather: bool = False) -> tuple[Num, Num]:
     """(forward, backward) factor on the catalog's fused-attention rate at this shape: the
     grid factor of the mean layer (``_factor_at``; ``windows`` False: the full layers' only)
-    at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·128))`` tiles
-    (with ``cp > 1`` the ring's steps, ``ring_factor``, or with ``allgather`` the all-gather's
+    at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·rows))`` tiles
+    of the kernel's tile at the model's head dim (``at_head_dim`` at the larger of ``head_dim``
+    and ``v_dim``; 128 rows but the backward's above head dim 128) (with ``cp > 1`` the ring's steps, ``ring_factor``, or with ``allgather`` the all-gather's
     two kernels, ``allgather_factor``) over the one at the catalog's benchmark
     shape (``REF_SEQ``, ``REF_GROUPS``), times ``head_dim_factor`` at the model's
     ``head_dim + v_dim``; 1.0 where ``kernels`` has no grid for the chip.
@@ -348,10 +402,13 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     # int64 key per row: several times faster than ``np.unique(axis=1)`` on the search's rows)
     keys, inv, shape = distinct_rows(groups, tiles, cps)
     out = []
+    hd = max(m.head_dim, m.v_dim)
     for d, gk in enumerate(ks):
-        ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms) \
+        ref = grid_factor(gk, REF_GROUPS, REF_SEQ // gk.rows, sms) \
             / head_dim_factor(gk, m.head_dim + m.v_dim)
-        vals = np.array([_factor_at(gk, g, n, sms, m, windows, c, (1 + d) * bool(allgather))
+        at = at_head_dim(gk, hd)        # the kernel's tile at the model's head dim
+        vals = np.array([_factor_at(at, g, n if at is gk else _tiles(m.seq_length, c, at.rows),
+                                    sms, m, windows, c, (1 + d) * bool(allgather))
                          / ref for g, n, c in keys])
         f = vals[inv].reshape(shape)
         out.append(float(f) if f.ndim == 0 else f)
