@@ -77,6 +77,23 @@ def working_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return 3.0 * qkv_bytes(m, b, tp, cp)
 
 
+def saved_delta(m: ModelSpec, b: Num, tp: Num, cp: Num, rc: Num, mask: Num, flash: Num
+                ) -> tuple[Num, Num]:
+    """Bytes one layer's stash holds beyond the ring's, ``(with the plan's recomputation,
+    without any)``: the kernel's head-sharded output ``out_part``, which the function saves
+    for its backward, is another tensor than the all-to-all'd output the projection saves
+    (the ring saves the one tensor it returns), ``out_bytes`` more where the fused kernel runs
+    and keeps it (not where selective recomputation reruns the core, ``part_selected``
+    "scores", nor under full or op recomputation, whose checkpoints keep the layer input).
+    Vectorised; 0 at ``cp`` 1."""
+    from strategies.cost.recompute import part_selected
+    o = np.where((np.asarray(cp) > 1) & np.asarray(flash, dtype=bool), out_bytes(m, b, tp, cp),
+                 0.0)
+    rc = np.asarray(rc)
+    kept = ~part_selected(rc, mask, "scores") & (rc != 2) & (rc != 3)
+    return np.where(kept, o, 0.0), o
+
+
 def heads_ok(m: ModelSpec, tp: Num, cp: Num) -> Num:
     """Where Transformer Engine runs the exchange: the rank's query heads ``a/t`` and KV heads
     ``g/t`` (MLA: ``a/t``, K and V up-projected) divide by ``c`` (``tp`` dividing both, as

@@ -37,7 +37,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("cp_seq", "2*cp does not divide the sequence length (or the model has Mamba-2 layers, "
                "whose context parallelism and op-level recomputation are not modelled, or "
                "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
-               "path are not)"),
+               "path are not; with cp_comm=a2a, cp does not divide the rank's query or KV "
+               "heads)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
