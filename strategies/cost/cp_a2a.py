@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     from strategies.cost.stage.array_record import StageCostArrays
     from strategies.cost.stage.record import StageCosts
 
+#: The first Transformer Engine release with ``AttnFuncWithCPAndQKVOA2A``
+#: (NVIDIA/TransformerEngine#1160, 40dda924a, 2024-09-09): a stack stating an older
+#: ``FrameworkProfile.te_version`` does not run ``cp_comm=a2a`` (``stacks.rules``)
+TE_FIRST = (1, 11)
+
 #: HBM passes per exchanged byte, each direction of each tensor: the head-major
 #: ``contiguous()`` copy before the all-to-all and the ``index_select`` reorder after it (or,
 #: after the attention, the reorder before and the ``contiguous()`` after), each a read and a
