@@ -22,6 +22,7 @@ from strategies.schedules import get_schedule
 from strategies.flushes import flush_rules
 from strategies.schedules.validity import raise_first
 from strategies.cost.mamba_mixer import check_hybrid_plan
+from strategies.cost.cp_a2a import check_heads
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
 
@@ -207,6 +208,8 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
     s = model.seq_length
     if plan.cp > 1 and s % (2 * plan.cp):
         raise SpecError("cp", plan.cp, f"2*cp must divide seq_len={s} (load-balanced ring attention)")
+    if plan.cp_comm == "a2a":   # heads scattered over the CP group (cost.cp_a2a, §5.185)
+        check_heads(model, plan.tp, plan.cp)
     if plan.sp and s % (plan.tp * plan.cp):
         raise SpecError("sp", True, f"sequence parallelism needs tp*cp={plan.tp * plan.cp} "
                         f"to divide seq_len={s}")

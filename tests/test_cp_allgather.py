@@ -88,7 +88,8 @@ def test_simulator_runs_the_exposed_collectives(network: str) -> None:
 
 @pytest.mark.parametrize("text,impl", [("all_gather", "all_gather"),
                                        ("All-gather based", "all_gather"), ("p2p", "p2p"),
-                                       ("a2a+p2p", None), ("a2a", None), ("", None)])
+                                       ("a2a+p2p", None), ("a2a", "a2a"),
+                                       ("DeepSpeed-Ulysses", "a2a"), ("", None)])
 def test_reader_text(text: str, impl: str | None) -> None:
     assert cp_comm_type(text) == impl
 

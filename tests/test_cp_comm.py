@@ -143,8 +143,11 @@ def test_plan_syntax_and_file_round_trip(tmp_path) -> None:
     back, _ = read_plan_file(str(path))
     assert back == p
     assert plan_from_mapping({"cp": 2, "cp_comm": None}).cp_comm is None
-    with pytest.raises(SpecError, match=r"cp_comm='a2a': must be one of p2p, all_gather"):
-        parse_plan("cp=2,cp_comm=a2a")
+    with pytest.raises(SpecError, match=r"cp_comm='a2a\+p2p': Megatron-Core's hierarchical"):
+        parse_plan("cp=2,cp_comm=a2a+p2p")
+    with pytest.raises(SpecError, match=r"cp_comm='ulysses': must be one of p2p, all_gather, "
+                                        r"a2a"):
+        parse_plan("cp=2,cp_comm=ulysses")
     with pytest.raises(SpecError, match="cp_comm"):
         plan_from_mapping({"cp": 2, "cp_comm": 3})
     job = _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=all_gather")

@@ -50,20 +50,22 @@ def test_parse_fix_reads_cp_comm_and_its_alias():
     assert "cp_comm=bogus" in str(e.value) and "p2p, all_gather" in str(e.value)
 
 
-@pytest.mark.parametrize("comm", ["all_gather", "p2p"])
+@pytest.mark.parametrize("comm", ["all_gather", "p2p", "a2a"])
 def test_candidates_carry_the_exchange_and_price_as_their_plans(comm):
     sp = enumerate_space(M, CL, 16, SpaceOptions(max_mbs=2, layouts=False,
                                                  fixed=parse_fix(f"cp=2,cp_comm={comm}")),
                          framework=FW)
     assert sp.size > 0
-    code = 1 + ("p2p", "all_gather").index(comm)
+    code = 1 + ("p2p", "all_gather", "a2a").index(comm)
+    if comm == "a2a":   # 8 KV heads: tp·cp divides 8 (cost.cp_a2a.heads_ok, §5.185)
+        assert set(sp.cols["tp"].tolist()) == {1, 2, 4}
     assert (sp.cols["cpc"] == code).all() and (sp.arrays.cp_comm == code).all()
     a = estimate_arrays(M, CL, "bf16", sp.arrays, FW)
     peaks = peak_memory_arrays(M, sp.arrays, "bf16", None, CL.gpu)
     for i in range(0, sp.size, max(1, sp.size // 6)):
         p = sp.plan(i)
         assert p.cp_comm == comm and p.cp == 2
-        assert f"cp2:{'ag' if comm == 'all_gather' else 'p2p'}" in p.short()
+        assert f"cp2:{ {'all_gather': 'ag'}.get(comm, comm)}" in p.short()
         assert parse_plan(plan_key(p)) == p and f",cp_comm={comm}" in plan_key(p)
         e = estimate(make_job(M, CL, p, framework=FW))
         assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)

@@ -1,7 +1,7 @@
 """``LayerBlocks``: a layer block of ``simulator.program.builder.ProgramBuilder`` (a mixin:
 the builder holds the state): the chunk cut into blocks (a whole chunk, or one layer), each
-block's compute with its recomputation, CP ring or all-gather attention traffic, and the
-blocking collectives that close it (expert all-to-alls and etp collectives, then the
+block's compute with its recomputation, CP ring, all-gather or all-to-all attention traffic,
+and the blocking collectives that close it (expert all-to-alls and etp collectives, then the
 tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, bytes.
 """
 from __future__ import annotations
@@ -87,6 +87,8 @@ class LayerBlocks:
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
+            if cs.cp_a2a:
+                return self.a2a_block(fwd, items, label, i, c, start, other, attn)
             if cs.cp_exposed_fraction >= 1:     # all-gather CP: K/V gathered before the
                 # attention core (forward and backward), dK/dV reduce-scattered after it
                 pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
@@ -117,6 +119,26 @@ class LayerBlocks:
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
         return self._close_block(fwd, items, label, i, c, start, main)
+
+    def a2a_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
+                  start: tuple, other, attn: float) -> int:
+        """Transformer Engine's all-to-all CP (``StageCosts.cp_a2a``, ``cost.cp_a2a``) over
+        the layers ``items``: before the attention core the all-to-all of Q/K/V (forward,
+        ``cp_bytes``) or dO (backward, ``cp_out_bytes``), after it that of O or dQ/dK/dV,
+        each waited on, on the contended network as the expert all-to-alls are; what closes
+        the block starts after the second. Returns the core's id."""
+        cs, kind = self.c, "forward" if fwd else "backward"
+        nl = sum(n for n, _ in items)
+        pre_b, post_b = (cs.cp_bytes, cs.cp_out_bytes) if fwd else (cs.cp_out_bytes, cs.cp_bytes)
+        pre = self.coll("cp-comm", "alltoall", "cp", pre_b, nl, "cp", f"A2A cp {label}", i, c,
+                        deps=(other,) if other is not None else start)
+        self.wait += [pre] if pre is not None else []
+        main = self.compute(attn, kind, label, i, c, force=True)
+        tail = self.coll("cp-comm", "alltoall", "cp", post_b, nl, "cp", f"A2A cp {label}", i, c,
+                         deps=(main,))
+        self.wait += [tail] if tail is not None else []
+        self._close_block(fwd, items, label, i, c, start, main, ring=tail)
+        return main
 
     def torch_ring(self, fwd: bool, nl: float, label: str, i: int, c: int, other,
                    start) -> int | None:

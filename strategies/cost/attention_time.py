@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import attention_counts, attention_fa1, attention_grid, cp_allgather, dsv4_cost
+from strategies.cost import cp_a2a
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -84,11 +85,18 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``; with
 Transformer Engine's all-gather context parallelism its kernels' grid,
 ``attention_grid.allgather_factor``, and its reorders and accumulations,
-``cp_allgather.copy_bytes_fwd``/``_bwd``; the
+``cp_allgather.copy_bytes_fwd``/``_bwd``; with its all-to-all context parallelism the
+core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
+``cp_a2a.copy_bytes``; the
     sliding-window layers of a shape cuDNN times on the chip at its measured rate,
     ``window_kernel``, ``_measured_window``; for DeepSeek-V4 the indexer's and its loss's
     kernels in the forward, ``dsv4_cost.dsa_time_fwd``, and the sparse core's backward at
     cuDNN's measured rate, ``dsv4_cost.core_time_bwd``)."""
+    a2a = fw.cp_impl == "a2a"
+    if a2a:   # TE's all-to-all CP: the core over the whole sequence on a/(t·c) heads, plus
+        # the exchange's reorders (``cp_a2a``, §5.185)
+        copies = np.where(np.asarray(cp) > 1, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
+        tp, cp = tp * cp, 1
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -153,4 +161,6 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
         on = np.asarray(cp) > 1
         fwd = fwd + np.where(on, cp_allgather.copy_bytes_fwd(m, b, tp, cp), 0.0) / hbm
         bwd = bwd + np.where(on, cp_allgather.copy_bytes_bwd(m, b, tp, cp), 0.0) / hbm
+    if a2a:
+        fwd, bwd = fwd + copies / hbm, bwd + copies / hbm
     return fwd, bwd

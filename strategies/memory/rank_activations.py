@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from strategies.cost import recompute as rcp
+from strategies.cost.cp_a2a import saved_delta
 from strategies.layout import even_chunks_content_arrays, mixed_layers
 from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
@@ -31,7 +32,7 @@ class RankActivations:
     """The activations of pipeline rank ``stage`` (one per plan) of each plan of ``P``, as
     ``memory_component_arrays`` prices them (its arguments of the same names: ``in_flight``,
     ``pending_w``, ``stash_layers``, ``clamp``, ``remat_named``, ``loss_bytes``,
-    ``act_cache``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``). ``is_first``/``is_last``: the rank holds
+    ``act_cache``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``, ``cp_a2a``). ``is_first``/``is_last``: the rank holds
     the embedding / the output layer; ``mirrored``: DualPipe's two copies; ``nmb``:
     micro-batches per flush; ``grp``: the interleaved micro-batch group; ``load``: the MoE
     load of the hottest rank (``token_counts.moe_load``); ``content_given``: the caller gave
@@ -43,7 +44,7 @@ class RankActivations:
                  load: Any, *, in_flight=None, pending_w=None, stash_layers=None,
                  content_given: bool = False, clamp=False, remat_named=False, loss_bytes=None,
                  act_cache=None, expert_input=None, te_inputs=None,
-                 mixer_d_inner=None) -> None:
+                 mixer_d_inner=None, cp_a2a=False) -> None:
         tp, pp, cp, b, v = P.tp, P.pp, P.cp, P.mbs, P.vpp
         sched, rc = P.schedule, P.recompute
         sp, flash = P.sp, P.flash_attn
@@ -79,6 +80,7 @@ class RankActivations:
         self.content_given, self.clamp, self.remat_named = content_given, clamp, remat_named
         self.act_cache, self.expert_input, self.te_inputs = act_cache, expert_input, te_inputs
         self.mixer_d_inner = mixer_d_inner
+        self.cp_a2a = cp_a2a    # TE's all-to-all CP: its saved output (cp_a2a.saved_delta)
         #: bytes per stashed entry of the embedding's output, of the stage output the
         #: schedule's engine keeps, of one micro-batch's fp32 logits and of the loss's peak
         #: beyond them; whether the schedule stashes the logits
@@ -112,6 +114,10 @@ class RankActivations:
         # a Mamba-2 mixer that saves other than Megatron-Core's three d_inner tensors
         te = te + mixer_saved_delta(view, s, b, tp, rc, self.mixer_d_inner)
         te_none = te_none + mixer_saved_delta(view, s, b, tp, 0, self.mixer_d_inner)
+        if np.any(self.cp_a2a):
+            a2a_act, a2a_none = saved_delta(view, b, tp, cp, rc, P.recompute_modules, flash)
+            te = te + np.where(self.cp_a2a, a2a_act, 0.0)
+            te_none = te_none + np.where(self.cp_a2a, a2a_none, 0.0)
         got = layer_bytes[view] = {
             "act": act + extra + te, "none": none + extra_none + te_none,
             "wgrad": layer_wgrad_arrays(view, b, tp, cp, sp, act_cache),

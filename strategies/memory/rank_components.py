@@ -29,6 +29,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.cost import cp_allgather, param_counts, token_counts
+from strategies.cost.cp_a2a import working_bytes as a2a_working_bytes
 from strategies.cost.param_counts import content_params
 from strategies.cost.system import SystemConfig, get_system
 from strategies.layout import even_stage_content_arrays, mixed_layers
@@ -53,7 +54,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
                             fsdp2=False, dispatch_bytes=None, expert_input=None,
-                            te_inputs=None, cp_gather=False, mixer_d_inner=None
+                            te_inputs=None, cp_gather=False, mixer_d_inner=None,
+                            cp_a2a=False
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -103,7 +105,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_gather``: the
     stack runs Transformer Engine's all-gather context parallelism (``FrameworkProfile.cp_impl``
     "allgather", plan ``cp_comm``): its attention's working set with ``cp > 1``
-    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other". ``mixer_d_inner``:
+    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other"; ``cp_a2a`` the same
+    for its all-to-all context parallelism (``cost.cp_a2a.working_bytes``), and each layer's
+    saved head-sharded output in its stash (``cost.cp_a2a.saved_delta``). ``mixer_d_inner``:
     the ``d_inner`` tensors the stack's Mamba-2 mixer saves (``FrameworkProfile.
     mamba_saved_d_inner``, ``mixer_saved.mixer_saved_delta``; None: the table's three)."""
     sy = get_system(system)
@@ -124,13 +128,16 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s = m.seq_length
     load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp,
                                  P.moe_pad_to_capacity)
+    # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_a2a``) or the one a plan
+    # names (``PlanArrays.cp_comm``)
+    a2a = np.where(P.cp_comm == 0, cp_a2a, P.cp_comm == 1 + CP_COMMS.index("a2a"))
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
                            content_given=content is not None, clamp=clamp,
                            remat_named=remat_named, loss_bytes=loss_bytes, act_cache=act_cache,
                            expert_input=expert_input, te_inputs=te_inputs,
-                           mixer_d_inner=mixer_d_inner)
+                           mixer_d_inner=mixer_d_inner, cp_a2a=a2a)
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
                                     if dispatch_bytes is None else dispatch_bytes)
@@ -229,6 +236,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     gather = np.where(P.cp_comm == 0, cp_gather, P.cp_comm == 1 + CP_COMMS.index("all_gather"))
     if np.any(gather):
         other = other + np.where(gather & (cp > 1), cp_allgather.working_bytes(m, b, tp, cp), 0.0)
+    # the all-to-all attention's send and receive buffers (§5.185)
+    if np.any(a2a):
+        other = other + np.where(a2a & (cp > 1), a2a_working_bytes(m, b, tp, cp), 0.0)
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)

@@ -11,8 +11,8 @@ from strategies.errors import SpecError
 from strategies.plan.checks import (check_dp_shard, check_group_microbatches,
                                     check_layers_per_stage, check_layout_fields,
                                     check_moe_factors, check_pad_to_capacity, int_limit)
-from strategies.plan.choices import (BALANCED_ROUTINGS, CP_COMMS, DEFAULT_MOE_IMBALANCE,
-                                     DISPATCHERS, RECOMPUTE, ROUTINGS)
+from strategies.plan.choices import (BALANCED_ROUTINGS, CP_COMMS, CP_COMMS_REFUSED,
+                                     DEFAULT_MOE_IMBALANCE, DISPATCHERS, RECOMPUTE, ROUTINGS)
 from strategies.plan.recompute_fields import check_partial_recompute
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from topologies.limits import check_bool, check_int
@@ -68,7 +68,8 @@ class Plan:
     # docs/calibration.md §5.98)
     fp8_attention: bool = False
     # how context parallelism exchanges K/V (one of CP_COMMS; None: the stack's own,
-    # FrameworkProfile.cp_impl). Megatron-Core's --cp-comm-type; docs/calibration.md §5.134
+    # FrameworkProfile.cp_impl). Megatron-Core's --cp-comm-type; docs/calibration.md §5.134,
+    # §5.185 (a2a)
     cp_comm: str | None = None
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
@@ -103,9 +104,11 @@ class Plan:
             raise SpecError("moe_dispatcher", self.moe_dispatcher,
                             f"must be one of {', '.join(DISPATCHERS)}")
         check_pad_to_capacity(self)
+        if self.cp_comm in CP_COMMS_REFUSED:
+            raise SpecError("cp_comm", self.cp_comm, CP_COMMS_REFUSED[self.cp_comm])
         if self.cp_comm is not None and self.cp_comm not in CP_COMMS:
             raise SpecError("cp_comm", self.cp_comm, f"must be one of {', '.join(CP_COMMS)} "
-                            "(Megatron-Core's cp_comm_type; a2a and a2a+p2p are not modelled)")
+                            "(Megatron-Core's cp_comm_type)")
         if self.moe_routing not in ROUTINGS:
             raise SpecError("moe_routing", self.moe_routing,
                             f"must be one of {', '.join(ROUTINGS)}")
@@ -168,7 +171,7 @@ class Plan:
         """A compact human label, e.g. ``tp8 pp8 dp16 mbs1 1f1b sel sp z1``."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
-            parts.append(f"cp{self.cp}" + {"all_gather": ":ag", "p2p": ":p2p"}.get(
+            parts.append(f"cp{self.cp}" + {"all_gather": ":ag", "p2p": ":p2p", "a2a": ":a2a"}.get(
                 self.cp_comm or "", ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")

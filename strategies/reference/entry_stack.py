@@ -177,8 +177,8 @@ def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fram
 
 def with_stated_cp(plan: Plan, fw: FrameworkProfile, pl: dict, notes: list[str]) -> Plan:
     """``plan`` running the context-parallel exchange the entry's ``plan.cp_comm_type`` names
-    (plan field ``cp_comm``, ``reference.text.cp_comm_type``: the ring or the exposed K/V
-    all-gather), said so; an exchange the model has no form for, or one stack ``fw`` does not
+    (plan field ``cp_comm``, ``reference.text.cp_comm_type``: the ring, the exposed K/V
+    all-gather or the QKV/O all-to-all), said so; an exchange the model has no form for, or one stack ``fw`` does not
     run (``FrameworkProfile.cp_comms``: PyTorch's ``context_parallel``, ``cp_impl`` "torch",
     has its own all-gather rotater, ``strategies.cost.ring_attention``), keeps the stack's,
     said so. docs/calibration.md §5.134."""

@@ -193,9 +193,10 @@ _ATTN_KERNELS = (("triton", "fa1"), ("flash-attn 1", "fa1"), ("flash-attn==1", "
 
 #: how sources name a context-parallel exchange, first match wins: ``(words, cp_comm)`` with
 #: the plan's ``cp_comm`` values (``strategies.plan.choices.CP_COMMS``: Megatron-Core's
-#: ``cp_comm_type`` "p2p" is the ring, "all_gather" the exposed K/V all-gather); "a2a" and
-#: "a2a+p2p" (Ulysses-style) name none
-_CP_COMM = (("a2a", None), ("all_gather", "all_gather"), ("all-gather", "all_gather"),
+#: ``cp_comm_type`` "p2p" is the ring, "all_gather" the exposed K/V all-gather, "a2a" the
+#: Ulysses-style QKV/O all-to-all); the hierarchical "a2a+p2p" names none
+_CP_COMM = (("a2a+p2p", None), ("a2a", "a2a"), ("ulysses", "a2a"), ("all-to-all", "a2a"),
+            ("all_gather", "all_gather"), ("all-gather", "all_gather"),
             ("allgather", "all_gather"), ("p2p", "p2p"), ("ring", "p2p"))
 
 

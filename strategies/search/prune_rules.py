@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies.cost.cp_a2a import heads_ok
 from strategies.cost.mamba_mixer import mamba_plan_ok, tp_divides_mixer
 from strategies.cost.recompute import modules_mask
 from strategies.flushes import flush_rules
@@ -17,6 +18,7 @@ from strategies.job import expert_plan_ok
 from strategies.model import ModelSpec
 from strategies.model.dsv4 import plan_modelled
 from strategies.plan.checks import expert_shard_whole
+from strategies.plan.choices import CP_COMMS
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
 from strategies.schedules.validity import all_ok
@@ -35,7 +37,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("cp_seq", "2*cp does not divide the sequence length (or the model has Mamba-2 layers, "
                "whose context parallelism and op-level recomputation are not modelled, or "
                "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
-               "path are not)"),
+               "path are not; with cp_comm=a2a, cp does not divide the rank's query or KV "
+               "heads)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
@@ -124,6 +127,11 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     def dsv4_ok(c):           # the rule model.dsv4.refuse_cost raises
         return plan_modelled(model, c["cp"], c["flash"])
 
+    def a2a_ok(c):            # the rule cost.cp_a2a.check_heads raises (a fixed cp_comm=a2a)
+        if "cpc" not in c:
+            return True
+        return (c["cpc"] != 1 + CP_COMMS.index("a2a")) | heads_ok(model, c["tp"], c["cp"])
+
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention
         scores_only = (c["rcm"] == 0) | (c["rcm"] == core) if "rcm" in c else True
@@ -135,7 +143,8 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         ("fixed", lambda c: fixed_mask(c, opts.fixed)),
         ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
-        ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c) & dsv4_ok(c)),
+        ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c) & dsv4_ok(c)
+                    & a2a_ok(c)),
         ("ep", ep_ok),
         ("tp_cross_node", cross),
         ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),

@@ -21,8 +21,11 @@ def cp_exposed_fraction(cp_impl: str, overlapped: float) -> float:
     CP ranks is exposed", gathers K/V in the forward, again in the backward, and reduce-scatters
     dK/dV: the ring's three passes, ``analytic`` ``t_cp``; Dubey et al. 2024 §3.3.2: "the
     all-gather communication latency is exposed in the critical path"), else ``overlapped``
-    (``SystemConfig.cp_exposed_fraction``: the ring's tail after its last attention block)."""
-    return 1.0 if cp_impl == "allgather" else float(overlapped)
+    (``SystemConfig.cp_exposed_fraction``: the ring's tail after its last attention block).
+    ``"a2a"`` (``AttnFuncWithCPAndQKVOA2A``) is exposed whole too: each all-to-all is waited
+    on (``a2a_reqs[i].wait()`` on ``cp_stream``, then ``current_stream().wait_stream``) before
+    the attention or the output projection reads it (``strategies.cost.cp_a2a``)."""
+    return 1.0 if cp_impl in ("allgather", "a2a") else float(overlapped)
 
 
 def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:

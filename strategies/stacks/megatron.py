@@ -97,9 +97,10 @@ MEGATRON_CORE = FrameworkProfile(
     # §5.150: its outer "optim" sharding of the optimizer states across the instances is
     # priced as the replicas' all-reduce and its memory as the shard group's)
     hybrid_zero=(1, 3), hybrid_ep=True,
-    # --cp-comm-type p2p (default) | all_gather (transformer_config.py cp_comm_type, d98e8a6;
-    # a2a and a2a+p2p not modelled): docs/calibration.md §5.134
-    cp_comms=("p2p", "all_gather"),
+    # --cp-comm-type p2p (default) | all_gather | a2a (transformer_config.py cp_comm_type
+    # L1030, d98e8a6; a2a: Transformer Engine's AttnFuncWithCPAndQKVOA2A, from TE v1.11,
+    # NVIDIA/TransformerEngine#1160; a2a+p2p not modelled): docs/calibration.md §5.134, §5.185
+    cp_comms=("p2p", "all_gather", "a2a"),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,

@@ -31,8 +31,9 @@ DGRAD_OVERLAPS = ("all", "sp", "none")
 #: ``FrameworkProfile.mla_down_proj``'s values
 MLA_DOWN_PROJS = ("replicated", "column")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
-#: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
-CP_IMPLS = ("ring", "allgather", "torch")
+#: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel, Transformer Engine's
+#: QKV/O all-to-all (``cp_comm_type="a2a"``, DeepSpeed-Ulysses' head scatter)
+CP_IMPLS = ("ring", "allgather", "torch", "a2a")
 #: ``FrameworkProfile.qkv_split``: no fused QKV split modelled, ``torch.split``, Megatron-Core's
 #: with Transformer Engine (``strategies.cost.qkv_split``)
 QKV_SPLITS = ("", "torch", "te")

@@ -29,8 +29,9 @@ class StackLimits:
     context_parallel: bool = True
     #: the K/V exchanges a plan may choose (plan ``cp_comm``, ``strategies.plan.choices.CP_COMMS``),
     #: each run as ``plan.choices.CP_IMPL_OF``: Megatron-Core's ``--cp-comm-type`` p2p and
-    #: all_gather (``TransformerConfig.cp_comm_type``, Transformer Engine's
-    #: ``AttnFuncWithCPAndKVP2P`` and ``AttnFuncWithCPAndKVAllGather``); () where the stack
+    #: all_gather and a2a (``TransformerConfig.cp_comm_type``, Transformer Engine's
+    #: ``AttnFuncWithCPAndKVP2P``, ``AttnFuncWithCPAndKVAllGather`` and
+    #: ``AttnFuncWithCPAndQKVOA2A``); () where the stack
     #: runs only its own (``cp_impl``)
     cp_comms: tuple[str, ...] = ()
     expert_parallel: bool = True

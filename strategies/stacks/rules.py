@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from strategies.cost.cp_a2a import TE_FIRST as A2A_TE_FIRST
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DISPATCHERS
@@ -139,10 +140,16 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     cpc = getattr(v, "cp_comm", 0)      # PlanArrays: none, the stack's own exchange
-    runs = [0] + [1 + CP_COMMS.index(c) for c in fw.cp_comms]
+    # a2a from Transformer Engine 1.11 on (``cost.cp_a2a.TE_FIRST``), where the stack states one
+    old_te = fw.te_version is not None and tuple(fw.te_version) < A2A_TE_FIRST
+    comms = [c for c in fw.cp_comms if not (c == "a2a" and old_te)]
+    runs = [0] + [1 + CP_COMMS.index(c) for c in comms]
+    why_a2a = (f"; a2a needs Transformer Engine >= {A2A_TE_FIRST[0]}.{A2A_TE_FIRST[1]}, "
+               f"it states {fw.te_version[0]}.{fw.te_version[1]}"
+               if old_te and "a2a" in fw.cp_comms else "")
     rules.append(("cp_comm", cpc, np.isin(cpc, runs),
-                  lambda: who + (f"runs cp_comm {', '.join(fw.cp_comms)} (Megatron-Core's "
-                                 "--cp-comm-type)" if fw.cp_comms else
+                  lambda: who + (f"runs cp_comm {', '.join(comms)} (Megatron-Core's "
+                                 f"--cp-comm-type{why_a2a})" if fw.cp_comms else
                                  f"runs context parallelism only its own way (cp_impl "
                                  f"{fw.cp_impl}): no cp_comm")))
     return rules

@@ -124,6 +124,10 @@ class StageCostArrays:
     cp_stall_fwd: np.ndarray = 0.0
     cp_stall_bwd: np.ndarray = 0.0
     cp_torch: bool = False
+    # TE's all-to-all CP (FrameworkProfile.cp_impl "a2a", §5.185): cp_a2a says the stack runs
+    # it (cp_bytes then the Q/K/V all-to-all's bytes); the output's all-to-all's bytes
+    cp_a2a: bool = False
+    cp_out_bytes: np.ndarray = 0.0
     # the forward's share of the TP collectives TP overlap leaves blocking whole
     # (``async_tp.overlap_exposed``: the rowwise recipe's all-gathers under async TP)
     tp_overlap_fwd_exposed: float = 0.0

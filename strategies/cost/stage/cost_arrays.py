@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import async_tp, attention_time, comm_bytes, embedding_head_time, ep_dispatch
-from strategies.cost import gemm_time, param_counts, quantise
+from strategies.cost import cp_a2a, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import tp_ends
@@ -88,6 +88,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_overlap_fwd_exposed=ex_f, tp_overlap_bwd_exposed=ex_b,
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
+        cp_a2a=fw.cp_impl == "a2a",
         **zero3_fields(si),
         copy_gap=float(fw.launch_gap_s), copy_rate=float(usable_hbm(gpu, sy)),
         by_kind=kinds_by_name(si, (head_f, head_b, head_w)),
@@ -106,6 +107,9 @@ def comm_fields(si: StageInputs, n_tp: Any) -> dict[str, Any]:
     load, disp, dedup_bytes, dedup_remote = si.load, si.disp, si.dedup_bytes, si.dedup_remote
     share = si.share
     cp_buf = comm_bytes.cp_gather_bytes(m, b, tp, cp, fw.cp_kv_heads)
+    a2a = fw.cp_impl == "a2a"   # TE's all-to-all: Q/K/V, then O (cost.cp_a2a, §5.185)
+    if a2a:
+        cp_buf = cp_a2a.qkv_bytes(m, b, tp, cp)
     p2p = comm_bytes.pp_p2p_bytes(m, b, tp, cp, sp)
     ag_w = quantise.tp_allgather_bytes_factor(dtype, sp)   # an all-gather's bytes over bf16
     return dict(
@@ -125,6 +129,8 @@ def comm_fields(si: StageInputs, n_tp: Any) -> dict[str, Any]:
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
+        cp_out_bytes=np.where(cp > 1, cp_a2a.out_bytes(m, b, tp, cp) if a2a else 0.0, 0.0)
+        + zeros,
         ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
                           * dedup_bytes, 0.0) + zeros,
         etp_bytes=np.where((etp > 1) & (ep > 1), ep_dispatch.etp_bytes_fwd(m, b, tp, cp, ep, etp,

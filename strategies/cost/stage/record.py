@@ -93,6 +93,8 @@ class StageCosts:
     cp_stall_fwd: float = 0.0           # PyTorch's ring attention: network waits per layer
     cp_stall_bwd: float = 0.0           # (StageCostArrays)
     cp_torch: bool = False
+    cp_a2a: bool = False                # TE's all-to-all CP (StageCostArrays)
+    cp_out_bytes: float = 0.0
     tp_overlap_fwd_exposed: float = 0.0  # StageCostArrays.tp_overlap_fwd_exposed
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)

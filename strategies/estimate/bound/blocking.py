@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_saved,
                                    dgrad_reduce_hidden, down_reduce_hidden,
@@ -41,7 +42,8 @@ def block_comm(cl: Cluster, sc: StageCostArrays, tp: ArrayLike, cp: ArrayLike, e
     # the block (``cp_ring.ring_exposed``, §5.110)
     # (PyTorch's ring: the simulator charges its waits as they are)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one all-gather
-    cp_f, cp_b = cp_layer_waits(cp_pass, sc, cp)
+    cp_f, cp_b = a2a_layer_waits(lambda n: a2a_floor(cl, n, cp, tp, 1.0), sc, cp) \
+        if sc.cp_a2a else cp_layer_waits(cp_pass, sc, cp)   # TE's all-to-all (§5.185)
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     # MLA's attention runs its column-side collective at its latents' widths
     # (``attn_tp_saved``, §5.81): the forward's all-gather under SP, the backward's

@@ -11,6 +11,7 @@ import numpy as np
 
 from strategies.cost import comm as cm
 from strategies.cost.cp_ring import layer_sm_extra as cp_layer_sm_extra
+from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_full_rc_time,
@@ -136,6 +137,8 @@ def cp_waits(sc: StageCostArrays, cl: Cluster, tp: Any, cp: Any,
     # where it outlasts the attention core, on top of the layer's other exposed
     # communication (``cost.cp_ring.ring_exposed``, §5.110)
     # (PyTorch's ring: its waits on the all-gather and the dK/dV ring)
+    if sc.cp_a2a:   # TE's all-to-all: Q/K/V and O over the CP group, exposed (§5.185)
+        return a2a_layer_waits(lambda n: cm.collective_time("alltoall", n, cp, tp, cl), sc, cp)
     cp_fwd, cp_bwd = cp_layer_waits(cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl),
                                     sc, cp)
     if sms.sm and sms.nccl:
