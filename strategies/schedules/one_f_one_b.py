@@ -24,11 +24,12 @@ class OneFOneBWindow:
 
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
                   group_size: int | None = None) -> int:
-        """``min(pp - stage, m)``: the warm-up forwards plus the one before the first backward."""
-        return min(pp - stage, m)
+        """``min(pp - stage, m)``: the warm-up forwards plus the one before the first backward
+        (``in_flight_array`` of one plan)."""
+        return int(self.in_flight_array(stage, pp, m, vpp))
 
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
-        """``in_flight`` over arrays."""
+        """``min(pp - stage, m)`` over arrays."""
         return np.minimum(pp - stage, m)
 
 
