@@ -20,12 +20,8 @@ each hop by the same hop of the representative GPU that owns it; as ``T`` acts f
 GPUs, each real link carries exactly as many flows as its representative link carries
 (repeats counted) in every round of progressive filling, so rates and times are the same.
 
->>> from strategies.presets import model_preset
->>> from strategies.plan import Plan
->>> from strategies.job import make_job
->>> from topologies.cluster import cluster_preset
->>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2),
-...                Plan(tp=2, pp=2, dp=4, gbs=16))
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)
 >>> spec.reps, spec.steps
 ((0, 8), {'tp': 1, 'cp': 1, 'dp': 1})

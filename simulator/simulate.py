@@ -1,11 +1,7 @@
 """``simulate(job)``: compile, build the network, run, and derive the metrics.
 
->>> from strategies.presets import model_preset
->>> from strategies.plan import Plan
->>> from strategies.job import make_job
->>> from topologies.cluster import cluster_preset
->>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
-...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt-1.7b", "dgx-a100:1", "tp=2,pp=2,dp=2,gbs=8")
 >>> res = simulate(job)
 >>> res.folded, res.simulated_ranks, sorted(res.metrics["breakdown_s"]) == sorted(BREAKDOWN_KEYS)
 (True, [0, 4], True)

@@ -14,13 +14,9 @@ module each). A stack's
 profile names the export it is launched with (``FrameworkProfile.export``); ``check_export``
 refuses another.
 
->>> from strategies.presets import model_preset
->>> from topologies.cluster import cluster_preset
->>> from strategies.plan import parse_plan
->>> from strategies.job import make_job
->>> job = make_job(model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128),
-...                parse_plan("tp=8,pp=8,schedule=interleaved,vpp=3,sp=true,zero=1"),
-...                global_batch=1536)
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt3-175b", "dgx-a100:128",
+...                     "tp=8,pp=8,schedule=interleaved,vpp=3,sp=true,zero=1", global_batch=1536)
 >>> text, _ = megatron_args(job)
 >>> "--num-layers-per-virtual-pipeline-stage 4" in text, "--use-distributed-optimizer" in text
 (True, True)

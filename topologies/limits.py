@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from topologies.errors import SpecError
 
@@ -122,6 +122,19 @@ def check_name(name: str, v: Any, max_len: int = 200) -> str:
         raise SpecError(name, v, f"must be a non-empty printable string of at most {max_len} "
                         "characters")
     return s
+
+
+def check_choice(name: str, v: Any, choices: Sequence[str]) -> Any:
+    """``v`` must be one of ``choices`` (names); returns it."""
+    if v not in choices:
+        raise SpecError(name, v, f"must be one of {', '.join(choices)}")
+    return v
+
+
+def check_choices(name: str, values: Iterable[Any], choices: Sequence[str]) -> None:
+    """Each of ``values`` must be one of ``choices``: the first that is not is named."""
+    for v in values:
+        check_choice(name, v, choices)
 
 
 def check_bool(name: str, v: Any) -> bool:

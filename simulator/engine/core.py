@@ -46,7 +46,7 @@ from simulator.gc_pause import paused_gc
 from simulator.engine.messages import Messaging
 from simulator.engine.sm_hold import SmHold
 from simulator.engine.streams import (CODE, COMPUTE, RECV, SEND, Rendezvous, Shape, Stream,
-                                      new_record)
+                                      new_record, release)
 from simulator.program.ops import Program, Send
 from simulator.result import Record, SimResult
 from simulator.network.backend import NetworkBackend
@@ -228,13 +228,7 @@ class Engine(Messaging):
                                      now, now, op.chunk, nbytes, peer, wait)))
                     wakes = st.wakes[i]
                     if wakes:
-                        for g in wakes:
-                            c = left[g] - 1
-                            left[g] = c
-                            if not c:
-                                other = st.hold.pop(g, None)
-                                if other is not None:
-                                    ready.append(other)
+                        release(wakes, left, st.hold, ready)
                     i += 1
                 st.idx = i
             if urgent or normal:   # an entry due now in a lane, unless the heap's comes first
@@ -270,31 +264,18 @@ class Engine(Messaging):
                 smh.ended(ev)
             for st in ev:              # compute ops (or runs of them) that end now
                 i, j = st.idx, st.last
-                if put is not None:
-                    ops = st.ops
-                    if i == j:
-                        op = ops[i]
-                        put(new_record((st.rank, st.name, op.kind, op.label, op.microbatch,
-                                     st.stage, st.start, now, op.chunk, 0.0, -1, 0.0)))
-                    else:              # a run: each op's start and end, the sums op by op
-                        rank, name, stage = st.rank, st.name, st.stage
-                        t = st.start
-                        for k in range(i, j + 1):
-                            op = ops[k]
-                            end = now if k == j else t + op.seconds
-                            put(new_record((rank, name, op.kind, op.label, op.microbatch, stage,
-                                         t, end, op.chunk, 0.0, -1, 0.0)))
-                            t = end
+                if put is not None:    # each op of the run: its start and end, summed op by op
+                    ops, rank, name, stage = st.ops, st.rank, st.name, st.stage
+                    t = st.start
+                    for k in range(i, j + 1):
+                        op = ops[k]
+                        end = now if k == j else t + op.seconds
+                        put(new_record((rank, name, op.kind, op.label, op.microbatch, stage,
+                                     t, end, op.chunk, 0.0, -1, 0.0)))
+                        t = end
                 wakes = st.wakes[j]
                 if wakes:
-                    left = st.left
-                    for g in wakes:
-                        c = left[g] - 1
-                        left[g] = c
-                        if not c:
-                            other = st.hold.pop(g, None)
-                            if other is not None:
-                                ready.append(other)
+                    release(wakes, st.left, st.hold, ready)
                 st.idx = j + 1
                 ready.append(st)       # streams woken by this op go first, then this one
 

@@ -7,6 +7,7 @@ starts their next ops.
 """
 from __future__ import annotations
 
+from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
 COMPUTE, SEND, RECV, COLL = range(4)   # op kind codes of a stream's ``codes``
 CODE = {Compute: COMPUTE, Send: SEND, Recv: RECV, Collective: COLL}
 new_record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
+
+
+def release(wakes: tuple, left: list, hold: dict, ready: deque) -> None:
+    """An op is done: count it done for the ops that wait on it (``wakes``: their places in
+    the rank's dependency counters ``left``) and queue on ``ready`` the streams parked
+    (``hold``) on those it was the last dependency of."""
+    for g in wakes:
+        c = left[g] - 1
+        left[g] = c
+        if not c:
+            other = hold.pop(g, None)
+            if other is not None:
+                ready.append(other)
 
 
 class Shape:
@@ -73,30 +87,9 @@ class Rendezvous:
         self.fired = True
         go = self.go
         waiters, self.waiters = self.waiters, None
-        if not waiters:
-            return
-        ready, env = waiters[0].ready, waiters[0].env
-        now = env._now
-        for st in waiters:             # ``Stream.finish`` written out: once per member
-            i = st.idx
-            op = st.ops[i]
-            records = st.records
-            if records is not None:
-                records.append(new_record((st.rank, st.name, op.category, op.label, op.microbatch,
-                                        st.stage, st.start, now, op.chunk,
-                                        op.nbytes * op.repeat, -1, go - st.start)))
-            wakes = st.wakes[i]
-            if wakes:
-                left = st.left
-                for g in wakes:
-                    c = left[g] - 1
-                    left[g] = c
-                    if not c:
-                        other = st.hold.pop(g, None)
-                        if other is not None:
-                            ready.append(other)
-            st.idx = i + 1
-            ready.append(st)
+        for st in waiters:
+            op = st.ops[st.idx]
+            st.finish(op.category, go - st.start, -1, op.nbytes * op.repeat)
 
 
 class Stream:
@@ -150,19 +143,11 @@ class Stream:
             records.append(new_record((self.rank, self.name, kind, op.label, op.microbatch,
                                     self.stage, self.start, self.env._now, op.chunk, nbytes,
                                     peer, wait)))
-        ready = self.ready
         wakes = self.wakes[i]
         if wakes:
-            left = self.left
-            for g in wakes:
-                c = left[g] - 1
-                left[g] = c
-                if not c:
-                    other = self.hold.pop(g, None)
-                    if other is not None:
-                        ready.append(other)
+            release(wakes, self.left, self.hold, self.ready)
         self.idx = i + 1
-        ready.append(self)
+        self.ready.append(self)
 
     def __call__(self, _tag: object = None) -> None:
         """The current op, a send, ended: its last byte landed (or, instant communication, it

@@ -9,12 +9,8 @@ cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 ``topologies.graph``; a straggler GPU (``cluster.faults``) runs its compute ops
 ``factor`` times longer.
 
->>> from strategies.presets import model_preset
->>> from strategies.plan import Plan
->>> from strategies.job import make_job
->>> from topologies.cluster import cluster_preset
->>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
-...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt-1.7b", "dgx-a100:1", "tp=2,pp=2,dp=2,gbs=8")
 >>> progs = compile_job(job, ranks=[0])
 >>> [op.label for op in progs[0].streams["compute"]][:4]
 ['F0.c0', 'F0.c0', 'F1.c0', 'F1.c0']

@@ -7,13 +7,10 @@ Bytes everywhere; GiB only in ``MemoryBreakdown.to_gib_dict``. Activations come 
 ``theoretical_memory_usage`` (18 bytes/parameter in mixed precision) and the ZeRO paper
 (Rajbhandari et al. 2019) for sharded states. See docs/memory.md for every term.
 
->>> from strategies.presets import model_preset
->>> from topologies.cluster import cluster_preset
->>> from strategies.plan import parse_plan
->>> from strategies.job import make_job
->>> job = make_job(model_preset("gpt3-175b"), cluster_preset("dgx-a100", 8),
-...                parse_plan("tp=8,pp=8,schedule=interleaved,vpp=3,recompute=selective,sp=true"),
-...                global_batch=64)
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt3-175b", "dgx-a100:8",
+...                     "tp=8,pp=8,schedule=interleaved,vpp=3,recompute=selective,sp=true",
+...                     global_batch=64)
 >>> stage, mem = peak_memory(job)
 >>> stage, round(mem.to_gib_dict()["peak_gib"], 1), fits(job)
 (0, 60.9, True)

@@ -140,40 +140,39 @@ def model_family(name: str) -> dict:
 
 
 # ------------------------------------------------------------------------- the software
-_JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
-_TORCHTITAN = ("torchtitan",)
-_HAI_LLM = ("hai-llm", "deepseek-ai")
-_EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
-          "lit-gpt", "litgpt", "huggingface accelerate")
-_DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
-_MEGATRON_2021 = ("narayanan",)
-_NEMO = ("nemo", "megatron-bridge")
-_MEGATRON_CORE = ("dgxc", "mlperf", "megatron-lm readme", "megatron-core",
-                  "megatron core", "transformer engine")
+#: how sources name the software, first match wins: ``(words, profile)``, each profile's words
+#: (JAX; torchtitan; HAI-LLM; Megatron-DeepSpeed; eager PyTorch; Megatron-LM 2021; NeMo and
+#: Megatron-Bridge; Megatron-Core) before the next profile's
+_FRAMEWORKS = tuple((words, name) for group, name in (
+    (("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml"), "jax-xla"),
+    (("torchtitan",), "torchtitan"),
+    (("hai-llm", "deepseek-ai"), "hai-llm"),
+    (("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed"), "megatron-deepspeed"),
+    (("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron", "lit-gpt", "litgpt",
+      "huggingface accelerate"), "pytorch-eager"),
+    (("narayanan",), "megatron-lm-2021"),
+    (("nemo", "megatron-bridge"), "nemo"),
+    (("dgxc", "mlperf", "megatron-lm readme", "megatron-core", "megatron core",
+      "transformer engine"), "megatron-core")) for words in group)
+
+
+def _first_named(text: str, table: tuple) -> str | None:
+    """The value of ``table``'s first ``(words, value)`` row whose words ``text`` holds, or
+    None (a row may name None: those words stop the search)."""
+    for words, value in table:
+        if words in text:
+            return value
+    return None
 
 
 def framework_name(text: str, year: int | None) -> str:
     """The framework profile a source's text names: ``jax-xla``, ``torchtitan``, ``hai-llm``,
     ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021``, ``nemo`` (NeMo,
-    Megatron-Bridge) or ``megatron-core`` (else
-    by year: before 2023 the 2021 stack)."""
-    t = str(text or "").lower()
-    if any(k in t for k in _JAX):
-        return "jax-xla"
-    if any(k in t for k in _TORCHTITAN):
-        return "torchtitan"
-    if any(k in t for k in _HAI_LLM):
-        return "hai-llm"
-    if any(k in t for k in _DEEPSPEED):
-        return "megatron-deepspeed"
-    if any(k in t for k in _EAGER):
-        return "pytorch-eager"
-    if any(k in t for k in _MEGATRON_2021):
-        return "megatron-lm-2021"
-    if any(k in t for k in _NEMO):
-        return "nemo"
-    if any(k in t for k in _MEGATRON_CORE):
-        return "megatron-core"
+    Megatron-Bridge) or ``megatron-core`` (``_FRAMEWORKS``; else by year: before 2023 the
+    2021 stack)."""
+    name = _first_named(str(text or "").lower(), _FRAMEWORKS)
+    if name is not None:
+        return name
     return "megatron-lm-2021" if year is not None and year < 2023 else "megatron-core"
 
 
@@ -203,11 +202,7 @@ _CP_COMM = (("a2a+p2p", None), ("a2a", "a2a"), ("ulysses", "a2a"), ("all-to-all"
 def cp_comm_type(value) -> str | None:
     """The plan ``cp_comm`` a free-text CP exchange field names (``_CP_COMM``), or None when
     it names none the model has."""
-    t = str(value or "").strip().lower()
-    for words, comm in _CP_COMM:
-        if words in t:
-            return comm
-    return None
+    return _first_named(str(value or "").strip().lower(), _CP_COMM)
 
 
 def attention_kernel(value) -> str | None:
@@ -219,10 +214,7 @@ def attention_kernel(value) -> str | None:
     t = (value or "").strip().lower()
     if is_flex_attention(t):   # a compiled Triton kernel, not v1's port
         return None
-    for words, kernel in _ATTN_KERNELS:
-        if words in t:
-            return kernel
-    return None
+    return _first_named(t, _ATTN_KERNELS)
 
 
 def is_flex_attention(value: object) -> bool:

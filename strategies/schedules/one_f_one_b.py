@@ -11,8 +11,30 @@ from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
 
 
+class OneFOneBWindow:
+    """1F1B's warm-up and stash (a mixin before ``Schedule``): ``min(pp - stage - 1, m)``
+    warm-up forwards on rank ``stage``, ``min(pp - stage, m)`` forwards whose backward
+    (``B``) has not run. ZB-H1 keeps them: its ``W`` only frees the inputs of its GEMMs."""
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """Warm-up forwards on rank ``stage``: ``min(pp - stage - 1, m)``."""
+        check_common(stage, pp, m)
+        return min(pp - stage - 1, m)
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """``min(pp - stage, m)``: the warm-up forwards plus the one before the first backward
+        (``in_flight_array`` of one plan)."""
+        return int(self.in_flight_array(stage, pp, m, vpp))
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        """``min(pp - stage, m)`` over arrays."""
+        return np.minimum(pp - stage, m)
+
+
 @register("1f1b")
-class OneFOneB(Schedule):
+class OneFOneB(OneFOneBWindow, Schedule):
     """1F1B (PipeDream-Flush; Narayanan et al., 2021): ``pp - stage - 1`` warm-up forwards,
     then one forward one backward, then the remaining backwards. Megatron-LM's default."""
 
@@ -32,20 +54,6 @@ class OneFOneB(Schedule):
         forwards = [Step("F", i, 0) for i in range(m)]
         backwards = [Step("B", i, 0) for i in range(m)]
         return warmup_steady_cooldown(forwards, backwards, w)
-
-    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
-                   group_size: int | None = None) -> int:
-        """Warm-up forwards on rank ``stage``: ``min(pp - stage - 1, m)``."""
-        check_common(stage, pp, m)
-        return min(pp - stage - 1, m)
-
-    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
-                  group_size: int | None = None) -> int:
-        """``min(pp - stage, m)``: the warm-up forwards plus the one before the first backward."""
-        return min(pp - stage, m)
-
-    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
-        return np.minimum(pp - stage, m)
 
     def bottleneck_messages(self, m: Any, pp: Any, vpp: Any, rank: Any) -> Any:
         """Messages on the critical path (each one message's time) when rank kind ``rank``

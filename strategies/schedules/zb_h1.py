@@ -27,12 +27,13 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
+from strategies.schedules.one_f_one_b import OneFOneBWindow
 from strategies.schedules.step import make_step
 
 
 @register("zb-h1")
-class ZBH1(Schedule):
-    """ZB-H1 (module docstring)."""
+class ZBH1(OneFOneBWindow, Schedule):
+    """ZB-H1 (module docstring); warm-up and stash as 1F1B (``OneFOneBWindow``)."""
 
     text_patterns = (r"\bzb-?h1\b",)
     splits_backward = True
@@ -58,21 +59,6 @@ class ZBH1(Schedule):
             if 0 <= w < m:
                 out.append(make_step("W", w, 0, False))
         return out
-
-    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
-                   group_size: int | None = None) -> int:
-        """``min(pp - stage - 1, m)``, as 1F1B."""
-        check_common(stage, pp, m)
-        return min(pp - stage - 1, m)
-
-    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
-                  group_size: int | None = None) -> int:
-        """``min(pp - stage, m)`` forwards whose ``B`` has not run (1F1B's stash; the ``stage``
-        pending ``W`` keep less, the inputs of their GEMMs)."""
-        return min(pp - stage, m)
-
-    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
-        return np.minimum(pp - stage, m)
 
     def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
         """``(pp-1)(1 - 2·w_share)/m``: the bubble ``(pp-1)(T_F + T_B - T_W)`` over the ideal

@@ -51,37 +51,30 @@ class ZBV(VShape):
         cnt = {(k, c): 0 for k in "FBW" for c in (0, 1)}
         out: list[Step] = []
 
-        def add(kind: str, chunk: int) -> None:
-            out.append(make_step(kind, cnt[kind, chunk], chunk, False))
-            cnt[kind, chunk] += 1
+        def add(*steps: str) -> None:        # "F1": the next forward of chunk 1, ...
+            for kind, c in steps:
+                chunk = int(c)
+                out.append(make_step(kind, cnt[kind, chunk], chunk, False))
+                cnt[kind, chunk] += 1
 
         for _ in range(2 * (p - r) - 1):
-            add("F", 0)
+            add("F0")
         for _ in range(r):
-            add("F", 1)
-            add("F", 0)
+            add("F1", "F0")
         for _ in range(p - r):
-            add("F", 1)
-            add("B", 1)
-            add("W", 1)
+            add("F1", "B1", "W1")
         while cnt["F", 1] < cnt["F", 0] or cnt["F", 0] < n:
             if cnt["F", 0] < n:
-                add("F", 0)
-            add("B", 0)
-            add("W", 0)
-            add("F", 1)
-            add("B", 1)
-            add("W", 1)
+                add("F0")
+            add("B0", "W0", "F1", "B1", "W1")
         for _ in range(r):
-            add("B", 0)
-            add("B", 1)
+            add("B0", "B1")
         for _ in range(p - r):
-            add("B", 0)
-            add("W", 0)
+            add("B0", "W0")
         while cnt["W", 1] < cnt["B", 1]:
-            add("W", 1)
+            add("W1")
         while cnt["W", 0] < cnt["B", 0]:
-            add("W", 0)
+            add("W0")
         return [s for s in out if s.microbatch < m]
 
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,

@@ -11,6 +11,7 @@ from strategies.plan import DISPATCHERS
 from strategies.plan.choices import CP_COMMS, RECOMPUTE
 from strategies.schedules import schedule_names
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
+from topologies.limits import check_choice, check_choices
 from topologies.precision import DTYPES
 
 if TYPE_CHECKING:
@@ -76,12 +77,8 @@ def check_profile(fw: "FrameworkProfile") -> None:
     if not (isinstance(fw.kernels_per_layer, int) and fw.kernels_per_layer >= 0):
         raise SpecError("framework.kernels_per_layer", fw.kernels_per_layer,
                         "must be an integer >= 0")
-    if fw.default_recompute not in RECOMPUTE:
-        raise SpecError("framework.default_recompute", fw.default_recompute,
-                        f"must be one of {', '.join(RECOMPUTE)}")
-    for r in fw.recompute:
-        if r not in RECOMPUTE:
-            raise SpecError("framework.recompute", r, f"must be one of {', '.join(RECOMPUTE)}")
+    check_choice("framework.default_recompute", fw.default_recompute, RECOMPUTE)
+    check_choices("framework.recompute", fw.recompute, RECOMPUTE)
     for name in ("alibi_score_bytes", "unfused_mask_bytes"):
         v = getattr(fw, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 100:
@@ -96,9 +93,7 @@ def check_profile(fw: "FrameworkProfile") -> None:
         raise SpecError("framework.attention_kernel", fw.attention_kernel,
                         "must be 'native', 'fa2' or 'fa1'")
     for name, choices in _CHOICES:      # the fields that take one of a fixed set of names
-        if getattr(fw, name) not in choices:
-            raise SpecError(f"framework.{name}", getattr(fw, name),
-                            f"must be one of {', '.join(choices)}")
+        check_choice(f"framework.{name}", getattr(fw, name), choices)
     if isinstance(fw.tp_overlap_bwd_exposed, bool) or \
             not isinstance(fw.tp_overlap_bwd_exposed, (int, float)) or \
             not 0 <= fw.tp_overlap_bwd_exposed <= 1:
@@ -130,33 +125,23 @@ def check_profile(fw: "FrameworkProfile") -> None:
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in te)):
         raise SpecError("framework.te_version", te,
                         "must be None or a (major, minor) tuple of integers >= 0")
-    for way in fw.layouts:
-        if way not in LAYOUT_WAYS:
-            raise SpecError("framework.layouts", way,
-                            f"must be one of {', '.join(LAYOUT_WAYS)}")
+    check_choices("framework.layouts", fw.layouts, LAYOUT_WAYS)
     if not 0 <= fw.launch_gap_s < 1e-3:
         raise SpecError("framework.launch_gap_s", fw.launch_gap_s,
                         "must be in [0, 1 ms) seconds")
     if not isinstance(fw.expert_gemm_launch, ExpertGemmLaunch):
         raise SpecError("framework.expert_gemm_launch", fw.expert_gemm_launch,
                         "must be an ExpertGemmLaunch (kind, streams)")
-    for name in fw.sharded_grad_passes:
-        if name not in SHARDED_GRAD_PASSES:
-            raise SpecError("framework.sharded_grad_passes", name,
-                            f"must be one of {', '.join(SHARDED_GRAD_PASSES)}")
+    check_choices("framework.sharded_grad_passes", fw.sharded_grad_passes, SHARDED_GRAD_PASSES)
     if len(set(fw.sharded_grad_passes)) != len(fw.sharded_grad_passes):
         raise SpecError("framework.sharded_grad_passes", fw.sharded_grad_passes,
                         "must name each pass at most once")
-    for name in fw.precisions + tuple(d for d, _ in fw.precision_notes):
-        if name not in DTYPES:
-            raise SpecError("framework.precisions", name,
-                            f"must be one of {', '.join(DTYPES)}")
+    check_choices("framework.precisions",
+                  fw.precisions + tuple(d for d, _ in fw.precision_notes), DTYPES)
     if not fw.precisions:
         raise SpecError("framework.precisions", fw.precisions,
                         "must name at least one precision")
-    if fw.unqualified_fp8 not in UNQUALIFIED_FP8:
-        raise SpecError("framework.unqualified_fp8", fw.unqualified_fp8,
-                        f"must be one of {', '.join(UNQUALIFIED_FP8)}")
+    check_choice("framework.unqualified_fp8", fw.unqualified_fp8, UNQUALIFIED_FP8)
     if fw.unqualified_fp8 != "fp8" and not fw.unqualified_fp8_source:
         raise SpecError("framework.unqualified_fp8_source", fw.unqualified_fp8_source,
                         "must name where the stack's default fp8 scaling is set")
@@ -182,15 +167,7 @@ def check_profile(fw: "FrameworkProfile") -> None:
         if f.type == "bool" and not isinstance(getattr(fw, f.name), bool):
             raise SpecError(f"framework.{f.name}", getattr(fw, f.name),
                             "must be true or false")
-    known = schedule_names()
-    for name in fw.schedules:
-        if name not in known:
-            raise SpecError("framework.schedules", name, f"must be one of {', '.join(known)}")
-    for name in fw.moe_dispatchers:
-        if name not in DISPATCHERS:
-            raise SpecError("framework.moe_dispatchers", name,
-                            f"must be one of {', '.join(DISPATCHERS)}")
-    for name in fw.cp_comms:
-        if name not in CP_COMMS:
-            raise SpecError("framework.cp_comms", name, f"must be one of {', '.join(CP_COMMS)}")
+    check_choices("framework.schedules", fw.schedules, schedule_names())
+    check_choices("framework.moe_dispatchers", fw.moe_dispatchers, DISPATCHERS)
+    check_choices("framework.cp_comms", fw.cp_comms, CP_COMMS)
 

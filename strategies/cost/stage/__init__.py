@@ -39,12 +39,8 @@ The names most callers use are re-exported here, and so are the TP collectives' 
 ``strategies.cost.tp_collectives`` that the estimate, the bound, the compiler and their
 tests import from here.
 
->>> from strategies.presets import model_preset
->>> from strategies.plan import Plan
->>> from strategies.job import make_job
->>> from topologies.cluster import cluster_preset
->>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
-...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> from strategies.job_text import job_from_text
+>>> job = job_from_text("gpt-1.7b", "dgx-a100:1", "tp=2,pp=2,dp=2,gbs=8")
 >>> c = stage_costs(job)
 >>> c.layer_bwd > c.layer_fwd > 0, len(c.params_by_stage), c.tp_overlap_chunks
 (True, 2, 4)
