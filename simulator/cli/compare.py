@@ -36,7 +36,7 @@ def register(sub) -> None:
                    help=f"comma-separated; {schedules_rule()} (default {DEFAULT_SCHEDULES})")
     p.add_argument("--timeline", metavar="F.png", action=Once,
                    help="write the timelines, one panel per schedule (.png or .svg)")
-    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=16,
+    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=None,
                    metavar="N", help="at most N ranks per panel (default 16)")
     p.add_argument("--sweep", metavar="F.png", action=Once,
                    help="write the bubble sweep over micro-batch counts (.png or .svg)")
@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     check_output(args.sweep, "--sweep", (".png", ".svg"))
     choices = parse_schedules(args.schedules)
+    if args.timeline_ranks is not None and not args.timeline:
+        raise CliError("--timeline-ranks", args.timeline_ranks, "needs --timeline F.png")
     plan, fw, fills = resolve_plan_fills(args)
     fills = tuple(f for f in fills if f.field != "schedule")    # compare sets the schedule
     check_pipelined(plan)
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline and results:
         from simulator.output.timeline import draw_comparison
         draw_comparison(results, args.timeline, title=_title(base),
-                        max_ranks=args.timeline_ranks)
+                        max_ranks=args.timeline_ranks or 16)
     if args.json:
         emit_json(out)
     else:
