@@ -4,6 +4,7 @@ path), ``plan_mapping`` (the raw mapping), ``plan_from_mapping`` (Megatron's lon
 ``tp_overlap_default``, the one rule of a stack's default TP overlap as a plan takes it."""
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 from typing import Any, Mapping
 
@@ -200,6 +201,10 @@ def plan_mapping(text: str) -> dict[str, Any]:
     from strategies.plan_file import is_plan_file, one_framework_key, read_plan_mapping
     if is_plan_file(text):
         return read_plan_mapping(text)[0]
+    if "=" not in text and text and os.path.exists(text):   # a path, not key=value text
+        raise SpecError("plan", text, ("is a folder" if os.path.isdir(text) else "is a file")
+                        + ", not a plan file: a plan file's name ends with .yaml, .yml or "
+                        ".json (or give key=value,...)")
     d: dict[str, str] = {}
     last = None
     for item in filter(None, (p.strip() for p in text.split(","))):
