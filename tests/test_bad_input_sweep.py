@@ -97,7 +97,18 @@ BROKEN = [
                ["found_for.global_batch=-1", "whole number >= 1"]),
     _plan_file("found-for-model-bool", "tp: 8\ngbs: 8\nfound_for: {model: true}\n",
                ["found_for.model=True", "a name"]),
+    # two outputs naming one file: the later write replaced the earlier (the CSV the results)
+    ("csv-is-the-results-file", [*SEARCH, "--results", "{d}/r.csv", "--csv", "{d}/r.csv"], {},
+     ["--csv=", "r.csv", "is also the file of --results"]),
+    ("save-plan-is-the-csv", [*SEARCH, "--csv", "{d}/r.json", "--save-plan", "{d}/r.json"], {},
+     ["--save-plan=", "is also the file of --csv"]),
+    ("sweep-is-the-timeline", ["compare", *H100, "--plan", "tp=2,pp=4,gbs=16", "--timeline",
+                               "{d}/c.png", "--sweep", "{d}/./c.png"], {},
+     ["--sweep=", "is also the file of --timeline"]),
     # a rule that did not fit the value
+    ("whatif-plan-is-a-folder", ["whatif", *A100, "--global-batch", "16", "--vary", "nodes=1,2",
+                                 "--plan", "{d}/sub"], {"sub/x": ""},
+     ["--plan=", "is a folder, not a plan file"]),
     ("plan-is-a-folder", ["estimate", *H100, "--plan", "{d}/sub"], {"sub/x": ""},
      ["plan=", "is a folder, not a plan file", ".yaml, .yml or .json"]),
     ("plan-file-without-extension", ["estimate", *H100, "--plan", "{d}/p.txt"],

@@ -261,6 +261,21 @@ def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> Non
     probe_write(path, flag)
 
 
+def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
+    """``(flag, path)`` outputs of one command (None: not asked for) name distinct files: two
+    flags naming one file are refused (the later write would replace the earlier one, a CSV a
+    results file)."""
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise CliError(flag, path, f"is also the file of {seen[key]}: each output needs "
+                           "its own file")
+        seen[key] = flag
+
+
 def probe_write(path: str, flag: str, shown: str | None = None) -> None:
     """Create and remove the temporary file an atomic write of ``path`` starts with
     (``chrome_trace.temp_path``): ``os.access`` says yes to root in ``/proc`` or on a

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emit_json, fmt_s,
-                              positive_int, resolve_job, resolve_plan_fills, table)
+from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs,
+                                  check_distinct_outputs, emit_json, fmt_s, positive_int,
+                                  resolve_job, resolve_plan_fills, table)
 from simulator.cli.common import check_output
 from simulator.cli.estimate import default_lines
 from strategies.errors import SpecError
@@ -63,6 +64,7 @@ def parse_counts(text: str | None, pp: int) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_distinct_outputs(("--timeline", args.timeline), ("--sweep", args.sweep))
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     check_output(args.sweep, "--sweep", (".png", ".svg"))
     choices = parse_schedules(args.schedules)

@@ -12,15 +12,17 @@ from typing import Any
 
 from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
-                              check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, probe_write, resolve_cluster, resolve_framework,
-                              resolve_model, table, warn)
+                                  check_distinct_outputs, check_dtype, check_output,
+                                  emit_json, fmt_s, positive_float, positive_int, probe_write,
+                                  resolve_cluster, resolve_framework, resolve_model, table,
+                                  warn)
 from simulator.cli.launch_export import add_export, check_export_early, export_settings
 from simulator.search.run import SearchConfig, resolve_reference, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
+from strategies.plan.parse import refuse_path
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
@@ -227,6 +229,7 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         items = [(str(k), v) for k, v in plan_mapping(text).items()
                  if str(k).strip().lower() != "framework"]
     else:
+        refuse_path(text, "--plan")
         items = []
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, eq, value = item.partition("=")
@@ -291,6 +294,8 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_distinct_outputs(("--results", args.results), ("--csv", args.csv),
+                           ("--save-plan", args.save_plan))
     check_output(args.csv, "--csv")      # before the search, not after it
     check_output(args.results, "--results")
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
