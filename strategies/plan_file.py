@@ -94,9 +94,28 @@ def split_found_for(data: Mapping[str, Any], where: str = "plan"
         if k not in FOUND_FOR_KEYS:
             raise SpecError(f"{where}: {FOUND_FOR}", k,
                             "unknown key; allowed: " + ", ".join(FOUND_FOR_KEYS))
-        if isinstance(v, (Mapping, list)) or (k != "step_time_s" and isinstance(v, float)):
-            raise SpecError(f"{where}: {FOUND_FOR}.{k}", v, "must be a name or a whole number")
+        check_record_value(f"{where}: {FOUND_FOR}.{k}", k, v)
     return plan, dict(rec)
+
+
+#: ``found_for`` keys that hold a whole count (GPUs, sequences, tokens) and a time (seconds)
+RECORD_COUNTS = ("gpus", "global_batch", "seq_len")
+
+
+def check_record_value(field: str, key: str, v: Any) -> None:
+    """One ``found_for`` value is what ``job_record`` writes: a count >= 1 (``gpus``,
+    ``global_batch``, ``seq_len``), a finite time > 0 seconds (``step_time_s``) or a name;
+    SpecError naming ``field`` otherwise."""
+    if isinstance(v, (Mapping, list)) or (key != "step_time_s" and isinstance(v, float)):
+        raise SpecError(field, v, "must be a name or a whole number")
+    if key in RECORD_COUNTS and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise SpecError(field, v, "must be a whole number >= 1 (the job's count the plan "
+                        "was found for)")
+    if key == "step_time_s" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                 or not 0 < v < float("inf")):
+        raise SpecError(field, v, "must be a finite number of seconds > 0")
+    if key not in RECORD_COUNTS and key != "step_time_s" and not isinstance(v, str):
+        raise SpecError(field, v, "must be a name (text)")
 
 
 def mismatches(record: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:
@@ -116,12 +135,12 @@ def is_plan_file(text: str) -> bool:
 def read_plan_mapping(path: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``(plan keys, found_for or None)`` of a YAML or JSON plan file (the keys raw, as
     ``strategies.plan.plan_mapping`` gives them; a ``framework`` key among them)."""
-    from topologies.yaml_io import load_mapping_file
+    from topologies.yaml_io import held_text, load_mapping_file
     path = str(path).strip()
     data = load_mapping_file(path, "plan")
     if data is not None and not isinstance(data, Mapping):
         raise SpecError("plan", path, f"the file must hold a mapping of plan keys, "
-                        f"not a {type(data).__name__}")
+                        f"not {held_text(data)}")
     keys, record = split_found_for({} if data is None else data)
     return one_framework_key(keys), record
 

@@ -23,6 +23,7 @@ from strategies.framework import get_profile
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
 from strategies.hf_config import model_from_hf
 from strategies.plan import plan_from_mapping
+from tests.cli_cases import materialise
 from topologies.gpus import gpu_from_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -349,12 +350,6 @@ STDOUT_REPORT = {"compare-stack-lacks-schedule"}
 OUTPUTS = ("t.json", "t.png", "c.png", "w.png", "best.yaml", "rows.csv", "gpu.yaml")
 
 
-def _materialise(tmp_path: Path, argv: list[str], files: dict) -> list[str]:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
-    return [a.replace("{d}", str(tmp_path)) for a in argv]
-
-
 def test_cases_are_distinct_and_many():
     assert len({c[0] for c in CASES}) == len(CASES) >= 80
 
@@ -362,7 +357,7 @@ def test_cases_are_distinct_and_many():
 @pytest.mark.parametrize("name,argv,files,words", CASES, ids=[c[0] for c in CASES])
 def test_recent_fields_refused_cleanly(tmp_path, capsys, name, argv, files, words):
     before = set(os.listdir(tmp_path))
-    rc = main(_materialise(tmp_path, argv, files))
+    rc = main(materialise(tmp_path, argv, files))
     out, err = capsys.readouterr()
     assert rc == 2, (rc, err)
     assert out == "" or name in STDOUT_REPORT, out
@@ -448,7 +443,7 @@ def test_a_sample_as_a_real_process(tmp_path):
         sub = tmp_path / case
         sub.mkdir()
         p = subprocess.run([sys.executable, "-m", "simulator.cli",
-                            *_materialise(sub, argv, files)], cwd=ROOT, text=True,
+                            *materialise(sub, argv, files)], cwd=ROOT, text=True,
                            capture_output=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr

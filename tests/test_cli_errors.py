@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli.main import main
+from tests.cli_cases import materialise
 from topologies.yaml_io import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,24 +247,13 @@ CASES = [
 ]
 
 
-def _materialise(tmp_path: Path, argv: list[str], files: dict) -> list[str]:
-    for name, text in files.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
-            path.write_bytes(text)
-        else:
-            path.write_text(text, encoding="utf-8")
-    return [a.replace("{d}", str(tmp_path)) for a in argv]
-
-
 def test_at_least_a_dozen_kinds():
     assert len(CASES) >= 12 and len({c[0] for c in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("name,argv,files,words", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_refused_cleanly(tmp_path, capsys, name, argv, files, words):
-    argv = _materialise(tmp_path, argv, files)
+    argv = materialise(tmp_path, argv, files)
     rc = main(argv)
     out, err = capsys.readouterr()
     assert rc == 2, (rc, err)
@@ -292,7 +282,7 @@ def test_bad_input_in_a_subprocess(tmp_path):
         _, argv, files, words = by_name[case]
         sub = tmp_path / case
         sub.mkdir()
-        p = _run(_materialise(sub, argv, files))
+        p = _run(materialise(sub, argv, files))
         assert p.returncode == 2, (case, p.stderr)
         assert p.stdout == "" and p.stderr.count("\n") == 1, (case, p.stderr)
         assert "Traceback" not in p.stderr and all(w in p.stderr for w in words), (case, p.stderr)

@@ -105,8 +105,10 @@ def parse_int_text(name: str, text: Any) -> int:
     """An integer written in ASCII digits (``"８"``, ``"1_0"``, ``"1e3"`` and ``"0x10"`` are
     refused: what is typed is what is read)."""
     s = str(text).strip()
-    if not _INT_RE.fullmatch(s) or len(s) > 40:
+    if not _INT_RE.fullmatch(s):
         raise SpecError(name, text, "must be an integer")
+    if len(s) > 40:
+        raise SpecError(name, text, "must be an integer of at most 40 digits (a sanity limit)")
     return int(s)
 
 

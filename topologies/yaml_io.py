@@ -123,6 +123,21 @@ def load_mapping_file(path: str, field: str, what: str | None = None) -> Any:
     else:
         data = loads_yaml(text, field, path)
     if what is not None and not isinstance(data, dict):
-        held = "nothing (an empty file)" if data is None else f"a {type(data).__name__}"
-        raise SpecError(field, path, f"a {what} file must hold a mapping of keys, not {held}")
+        raise SpecError(field, path, f"a {what} file must hold a mapping of keys, not "
+                        f"{held_text(data)}")
     return data
+
+
+def held_text(data: Any) -> str:
+    """What a parsed file holds, in words, where a mapping was wanted.
+
+    >>> held_text(None), held_text([1]), held_text(5), held_text("tp"), held_text(True)
+    ('nothing (an empty file)', 'a list', 'a number', 'a text', 'true or false')
+    """
+    if data is None:
+        return "nothing (an empty file)"
+    if isinstance(data, bool):
+        return "true or false"
+    if isinstance(data, (int, float)):
+        return "a number"
+    return {list: "a list", str: "a text"}.get(type(data), f"a {type(data).__name__}")

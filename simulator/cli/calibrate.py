@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         import yaml
         text = yaml.safe_dump(mapping, sort_keys=False)
-    atomic_write_text(args.out, text)
+    atomic_write_text(args.out, text, "--out")
     try:
         gpu = get_gpu(profile.gpu) if profile.gpu else None
     except SpecError:

@@ -34,12 +34,12 @@ class CliError(SpecError):
     """A bad command-line value (same shape as every other input error)."""
 
 
-def positive_int(field: str, hi: int | None = None):
-    """An argparse ``type`` whose error names the flag, the value and the rule
-    (argparse would otherwise print ``invalid conv value``)."""
+def positive_int(field: str, hi: int | None = None, lo: int = 1):
+    """An argparse ``type`` (an integer in ASCII digits, ``lo`` to ``hi``) whose error names
+    the flag, the value and the rule (argparse would otherwise print ``invalid conv value``)."""
     def conv(text: str) -> int:
         try:
-            return check_int(field, parse_int_text(field, text), 1, hi)
+            return check_int(field, parse_int_text(field, text), lo, hi)
         except SpecError as e:
             raise argparse.ArgumentTypeError(f"{_value(text)}: {e.rule}") from None
     conv.__name__ = "integer"
@@ -261,6 +261,21 @@ def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> Non
     probe_write(path, flag)
 
 
+def check_distinct_outputs(*outputs: tuple[str, str | None]) -> None:
+    """``(flag, path)`` outputs of one command (None: not asked for) name distinct files: two
+    flags naming one file are refused (the later write would replace the earlier one, a CSV a
+    results file)."""
+    seen: dict[str, str] = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise CliError(flag, path, f"is also the file of {seen[key]}: each output needs "
+                           "its own file")
+        seen[key] = flag
+
+
 def probe_write(path: str, flag: str, shown: str | None = None) -> None:
     """Create and remove the temporary file an atomic write of ``path`` starts with
     (``chrome_trace.temp_path``): ``os.access`` says yes to root in ``/proc`` or on a
@@ -278,14 +293,14 @@ def probe_write(path: str, flag: str, shown: str | None = None) -> None:
                        f"cannot be written ({why})") from None
 
 
-def atomic_write_text(path: str, text: str) -> None:
+def atomic_write_text(path: str, text: str, field: str = "output") -> None:
     """Write ``text`` to ``path`` atomically (``simulator.output.chrome_trace.atomic_path``): readers never
-    see a half-written file."""
+    see a half-written file; a failed write is a SpecError naming ``field``."""
     from simulator.output.chrome_trace import atomic_path
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
-        raise CliError("output", path, f"directory {d} does not exist")
-    with atomic_path(path) as tmp:
+        raise CliError(field, path, f"directory {d} does not exist")
+    with atomic_path(path, field) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emit_json, fmt_s,
-                              positive_int, resolve_job, resolve_plan_fills, table)
+from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs,
+                                  check_distinct_outputs, emit_json, fmt_s, positive_int,
+                                  resolve_job, resolve_plan_fills, table)
 from simulator.cli.common import check_output
 from simulator.cli.estimate import default_lines
 from strategies.errors import SpecError
@@ -36,7 +37,7 @@ def register(sub) -> None:
                    help=f"comma-separated; {schedules_rule()} (default {DEFAULT_SCHEDULES})")
     p.add_argument("--timeline", metavar="F.png", action=Once,
                    help="write the timelines, one panel per schedule (.png or .svg)")
-    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=16,
+    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=None,
                    metavar="N", help="at most N ranks per panel (default 16)")
     p.add_argument("--sweep", metavar="F.png", action=Once,
                    help="write the bubble sweep over micro-batch counts (.png or .svg)")
@@ -63,9 +64,12 @@ def parse_counts(text: str | None, pp: int) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_distinct_outputs(("--timeline", args.timeline), ("--sweep", args.sweep))
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     check_output(args.sweep, "--sweep", (".png", ".svg"))
     choices = parse_schedules(args.schedules)
+    if args.timeline_ranks is not None and not args.timeline:
+        raise CliError("--timeline-ranks", args.timeline_ranks, "needs --timeline F.png")
     plan, fw, fills = resolve_plan_fills(args)
     fills = tuple(f for f in fills if f.field != "schedule")    # compare sets the schedule
     check_pipelined(plan)
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline and results:
         from simulator.output.timeline import draw_comparison
         draw_comparison(results, args.timeline, title=_title(base),
-                        max_ranks=args.timeline_ranks)
+                        max_ranks=args.timeline_ranks or 16)
     if args.json:
         emit_json(out)
     else:

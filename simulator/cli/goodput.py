@@ -61,8 +61,9 @@ def register(sub) -> None:
                    help="time a step with the analytic estimate instead of simulating it")
     p.add_argument("--monte-carlo", action=Once, type=positive_int("--monte-carlo", 1_000_000),
                    default=None, metavar="N", help="also sample N runs of failures")
-    p.add_argument("--seed", action=Once, type=int, default=0, metavar="S",
-                   help="seed of the Monte-Carlo sampler (default 0)")
+    p.add_argument("--seed", action=Once, type=positive_int("--seed", 2**63 - 1, lo=0),
+                   default=None, metavar="S",
+                   help="seed of the Monte-Carlo sampler (default 0; needs --monte-carlo)")
     p.add_argument("--plot", action=Once, default=None, metavar="F.png",
                    help="draw the Monte-Carlo distribution of the wall time (.png or .svg; "
                         "needs --monte-carlo)")
@@ -124,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.plot, "--plot", (".png", ".svg"))
     if args.plot and not args.monte_carlo:
         raise CliError("--plot", args.plot, "needs --monte-carlo N (it draws the sampled runs)")
+    if args.seed is not None and not args.monte_carlo:
+        raise CliError("--seed", args.seed, "needs --monte-carlo N (it seeds the sampled runs)")
+    seed = 0 if args.seed is None else args.seed
     for flag, v in (("--mtbf-gpu-h", args.mtbf_gpu_h), ("--mtbf-node-h", args.mtbf_node_h),
                     ("--ckpt-bw", args.ckpt_bw), ("--interval-s", args.interval_s)):
         _check_positive(flag, v)
@@ -148,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
                            "inputs": job.to_dict()}
     if args.monte_carlo:
         walls = gp.sample_run_s(rep.compute_s, rep.checkpoint_interval_s, rep.checkpoint_write_s,
-                                rep.job_mtbf_s, rep.restart_s, args.monte_carlo, args.seed)
-        out["monte_carlo"] = {"seed": args.seed,
+                                rep.job_mtbf_s, rep.restart_s, args.monte_carlo, seed)
+        out["monte_carlo"] = {"seed": seed,
                               **gp.summarize_samples(walls, rep.compute_s)}
         if args.plot:
             draw(walls, rep, args.plot, f"{job.model.name} on {job.cluster.name}, "

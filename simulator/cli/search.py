@@ -12,21 +12,24 @@ from typing import Any
 
 from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
-                              check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, probe_write, resolve_cluster, resolve_framework,
-                              resolve_model, table, warn)
+                                  check_distinct_outputs, check_dtype, check_output,
+                                  emit_json, fmt_s, positive_float, positive_int, probe_write,
+                                  resolve_cluster, resolve_framework, resolve_model, table,
+                                  warn)
 from simulator.cli.launch_export import add_export, check_export_early, export_settings
-from simulator.search.run import SearchConfig, run_search
+from simulator.search.run import SearchConfig, resolve_reference, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
+from strategies.plan.parse import refuse_path
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.search.fix_rules import fixed_contradictions
 from strategies.search.fix_parse import FIX_KEYS, parse_fix
 from strategies.search.space import SpaceOptions
+from strategies.stacks.plan_defaults import restate_for_stack
 from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
@@ -124,14 +127,21 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
         raise CliError("--resume", True, "needs --results FILE (the file to resume from)")
+    if args.ray_address is not None and args.backend != "ray":
+        raise CliError("--ray-address", args.ray_address, "needs --backend ray (the local "
+                       "backend runs on this machine's cores)")
+    framework = resolve_framework(args, plan_framework(args.plan))
+    try:
+        fixed = parse_fix(args.fix)
+    except SpecError as e:      # advice that names dispatchers: the named stack's
+        raise (restate_for_stack(e, framework) if framework else e) from None
     opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
                         schedules=args.schedules, hybrid=args.hybrid,
-                        fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
-    framework = resolve_framework(args, plan_framework(args.plan))
+                        fixed=merge_fixed(fixed, plan_fixed))
     check_fixed_for_stack(opts.fixed, framework)
-    return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
+    cfg = SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
                         exact=args.exact,
                         workers=args.workers or default_workers(), backend=args.backend,
@@ -140,6 +150,12 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         progress=args.progress or (sys.stderr.isatty() and not args.json),
                         references=references(args, model.name, cluster.num_gpus),
                         framework=framework)
+    for label, plan in cfg.references if args.reference is not None else ():
+        try:                # a plan the user gave is refused where it cannot run, not dropped
+            resolve_reference(cfg, label, plan, strict=True)
+        except SpecError as e:
+            raise CliError("--reference", label.removeprefix("--reference "), str(e)) from None
+    return cfg
 
 
 def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
@@ -213,6 +229,7 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         items = [(str(k), v) for k, v in plan_mapping(text).items()
                  if str(k).strip().lower() != "framework"]
     else:
+        refuse_path(text, "--plan")
         items = []
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, eq, value = item.partition("=")
@@ -277,6 +294,8 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_distinct_outputs(("--results", args.results), ("--csv", args.csv),
+                           ("--save-plan", args.save_plan))
     check_output(args.csv, "--csv")      # before the search, not after it
     check_output(args.results, "--results")
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
@@ -287,12 +306,12 @@ def run(args: argparse.Namespace) -> int:
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
     if args.csv:
-        atomic_write_text(args.csv, to_csv(report))
+        atomic_write_text(args.csv, to_csv(report), "--csv")
     if args.save_plan:
-        save_plan(cfg, rec, args.save_plan)
+        save_plan(cfg, rec, args.save_plan, "--save-plan")
     if args.save_top:
         for r in report["plans"]:
-            save_plan(cfg, r, os.path.join(args.save_top, f"rank-{r['rank']}.yaml"))
+            save_plan(cfg, r, os.path.join(args.save_top, f"rank-{r['rank']}.yaml"), "--save-top")
     exported = export_settings(args, row_job(cfg, report["recommended"])) if args.export \
         else None
     if exported is not None:
@@ -315,12 +334,13 @@ def row_job(cfg: SearchConfig, row: dict[str, Any]):
                     system=cfg.system)
 
 
-def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:
+def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str,
+              field: str = "--save-plan") -> None:
     """Write the plan of a report row as a plan file (``strategies.plan_file``), with the job
-    it was found for and its simulated step time."""
+    it was found for and its simulated step time (a failed write names ``field``)."""
     job = row_job(cfg, row)
     atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"]),
-                                           job.named_framework))
+                                           job.named_framework), field)
 
 
 def check_folder(path: str | None, flag: str) -> None:

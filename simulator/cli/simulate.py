@@ -21,7 +21,7 @@ def register(sub) -> None:
                    help="write a Chrome trace (opens in Perfetto)")
     p.add_argument("--timeline", metavar="F.png", action=Once,
                    help="write a Gantt chart (.png or .svg)")
-    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=64,
+    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=None,
                    metavar="N", help="at most N ranks in the timeline (default 64)")
     p.add_argument("--timeline-detail", action=Once, default=None, metavar="ITEMS",
                    help="more in the timeline, comma-separated: memory (activation memory "
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.trace, "--trace", (".json",))
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     detail = timeline_detail(args)
+    if args.timeline_ranks is not None and not args.timeline:
+        raise CliError("--timeline-ranks", args.timeline_ranks, "needs --timeline F.png")
     job = resolve_job(args)
     exported = export_settings(args, job)   # refused before the simulation, not after it
     from simulator.simulate import simulate, to_json
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         write_chrome_trace(res, args.trace, job.cluster.gpus_per_node, title)
     if args.timeline:
         from simulator.output.timeline import draw_timeline
-        draw_timeline(res, args.timeline, title=title, max_ranks=args.timeline_ranks,
+        draw_timeline(res, args.timeline, title=title, max_ranks=args.timeline_ranks or 64,
                       detail=detail)
     if args.json:
         emit_json(out)

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 from simulator.output.flush_view import all_flushes
 from simulator.result import STREAMS, Record, SimResult
+from topologies.errors import SpecError
 from topologies.gpus import GIB
 
 _US = 1e6                 # microseconds per second
@@ -241,25 +242,31 @@ def temp_path(path: str | os.PathLike) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+def atomic_path(path: str | os.PathLike, field: str = "output") -> Iterator[str]:
     """Yield a temporary path in ``path``'s folder; on success it replaces ``path`` in one
-    step (``os.replace``), on failure it is removed and ``path`` is left untouched."""
+    step (``os.replace``), on failure it is removed and ``path`` is left untouched. A write
+    that fails on the disk (full, a file-size limit, the folder gone) is a SpecError naming
+    ``field`` and ``path`` (exit 2, one line), not a traceback."""
     path = os.fspath(path)
     tmp = temp_path(path)
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        if isinstance(e, OSError):
+            raise SpecError(field, path, f"cannot be written ({e.strerror or e}); nothing "
+                            "was written") from e
         raise
 
 
 def write_chrome_trace(result: SimResult, path: str | os.PathLike, ranks_per_node: int = 8,
-                       title: str = "") -> None:
-    """Write ``to_chrome_trace(result, ...)`` to ``path`` as JSON, atomically."""
+                       title: str = "", field: str = "--trace") -> None:
+    """Write ``to_chrome_trace(result, ...)`` to ``path`` as JSON, atomically (a failed write
+    is a SpecError naming ``field``)."""
     text = dumps_chrome_trace(result, ranks_per_node, title)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, field) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.write("\n")

@@ -32,12 +32,14 @@ def new_figure(size: tuple[float, float], ncols: int = 1, nrows: int = 1):
     return fig, axes
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 150) -> None:
+def save_figure(fig, path: str | os.PathLike, dpi: int = 150, field: str = "--plot") -> None:
+    """Write ``fig`` to ``path`` atomically (a failed write is a SpecError naming ``field``,
+    the flag that named the file)."""
     import matplotlib
 
     from simulator.output.chrome_trace import atomic_path
     fmt = check_figure_path(path)
     metadata = {"Date": None} if fmt == "svg" else {"Software": None}
     with matplotlib.rc_context({"svg.hashsalt": "paraplan"}):
-        with atomic_path(path) as tmp:
+        with atomic_path(path, field) as tmp:
             fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)

@@ -236,7 +236,7 @@ def _figure(heights: list[float]):
 
 
 def _save(fig, path: str | os.PathLike, fmt: str) -> None:
-    with atomic_path(path) as tmp:
+    with atomic_path(path, "--timeline") as tmp:
         metadata = {"Date": None} if fmt == "svg" else {"Software": None}
         fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)
 

@@ -66,11 +66,13 @@ class ResultsLog:
     def _load(self) -> None:
         with open(self.path, "rb") as f:
             data = f.read()
-        good = data.rfind(b"\n") + 1           # a torn last line (killed mid-write) is cut
-        if good < len(data):
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-        for n, line in enumerate(data[:good].decode("utf-8").splitlines(), 1):
+        good = data.rfind(b"\n") + 1           # a torn last line (killed mid-write) is cut,
+        try:                                    # once the whole lines are read as results
+            text = data[:good].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError("--results", self.path, f"is not UTF-8 text (byte {e.start}): not "
+                            "a results file of paraplan search") from None
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -83,6 +85,12 @@ class ResultsLog:
                 raise SpecError("--results", self.path, "holds results of another search "
                                 "(model, cluster, batch or dtype differ): use another file")
             self.done[key] = res
+        if good < len(data):      # a torn line starts as ``write`` writes one; else not ours
+            if not data[good:].startswith(b'{"key":'):
+                raise SpecError("--results", f"{self.path}:{text.count(chr(10)) + 1}",
+                                "is not a results line (JSON with key, context, result)")
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
 
     def write(self, key: str, result: dict) -> None:
         """Append one whole line in one ``os.write`` (a regular file takes it whole; a kill

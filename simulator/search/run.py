@@ -250,12 +250,16 @@ def reference_bounds(cfg: SearchConfig, fw: FrameworkProfile, plans: list[Plan])
                                  costs=costs).tolist()
 
 
-def resolve_reference(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
-    """A reference plan resolved against the job (None when it does not apply here)."""
+def resolve_reference(cfg: SearchConfig, label: str, plan: Plan, strict: bool = False
+                      ) -> tuple[str, Plan] | None:
+    """A reference plan resolved against the job (None when it does not apply here; with
+    ``strict``, a plan the user gave, the SpecError saying why)."""
     try:
         job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype,
                        framework=cfg.framework, system=cfg.system)
     except SpecError:
+        if strict:
+            raise
         return None
     return label, job.plan
 

@@ -302,4 +302,4 @@ def draw_sweep(points: Sequence[dict[str, Any]], path: str | os.PathLike, pp: in
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     ax.legend(fontsize=8)
     ax.set_title(title or f"pipeline bubble, pp={pp}", fontsize=10)
-    save_figure(fig, path)
+    save_figure(fig, path, field="--sweep")

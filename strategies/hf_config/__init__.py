@@ -77,8 +77,14 @@ def load_model_arg(text: str) -> ModelSpec:
     stem = os.path.splitext(os.path.basename(text))[0]
     if "model_type" in data:
         if stem == "config":
-            stem = data.get("_name_or_path") or data["model_type"]
+            named = data.get("_name_or_path")
+            stem = check_name("_name_or_path", named) if named else data["model_type"]
         return model_from_hf(data, name=stem)
+    hf_keys = sorted(k for k in ("num_hidden_layers", "n_layer", "architectures") if k in data)
+    if hf_keys:         # a HuggingFace config without its type, not a file of ModelSpec fields
+        raise SpecError("model_type", None, f"is required in a HuggingFace config.json (it "
+                        f"has {', '.join(hf_keys)}; a model file of paraplan's own fields "
+                        "says num_layers)")
     if "name" in data:
         data = dict(data)
         stem = check_name("name", data.pop("name"))

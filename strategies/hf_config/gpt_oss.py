@@ -8,6 +8,7 @@ from strategies.errors import SpecError
 from strategies.hf_config.common import READ_COMMON, common_fields, windows
 from strategies.hf_config.reading import get_int, open_number, refuse_unread
 from strategies.model import yarn_attention_factor
+from topologies.limits import check_bool
 
 
 def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
@@ -17,6 +18,13 @@ def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
                           "sliding_window", "layer_types", "swiglu_limit", "rope_scaling"}
     args = common_fields(cfg)
     args.update(_gpt_oss_variants(cfg))
+    # its attention has biases (transformers GptOssConfig: attention_bias True, 02b8f42b):
+    # read as bias=True below; a config that says otherwise is not that model
+    if cfg.get("attention_bias") is not None and not check_bool("attention_bias",
+                                                                  cfg["attention_bias"]):
+        raise SpecError("attention_bias", False, "model_type=gpt_oss is read with biases on "
+                        "its attention and experts (GptOssConfig's default, true); without "
+                        "them it is not modelled")
     k = get_int(cfg, "num_experts_per_tok", None) or get_int(cfg, "experts_per_token")
     if "experts_per_token" in cfg and get_int(cfg, "experts_per_token") != k:
         raise SpecError("experts_per_token", cfg["experts_per_token"],

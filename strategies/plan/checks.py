@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.plan.choices import MAX_MOE_FACTOR
+from strategies.plan.choices import DISPATCHERS, MAX_MOE_FACTOR
 from strategies.schedules import get_schedule
 from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
                                check_int, check_number)
@@ -49,10 +49,22 @@ def check_pad_to_capacity(p: Plan) -> None:
                         "every expert's input is padded to; Megatron-Core refuses "
                         "--moe-pad-expert-input-to-capacity without "
                         "--moe-expert-capacity-factor)")
-    if p.moe_dispatcher == "deepep":
-        raise SpecError("moe_pad_to_capacity", True, "is not run by moe_dispatcher=deepep "
-                        "(Megatron-Core: the flex dispatcher's DeepEP backend does not support "
-                        "moe_pad_expert_input_to_capacity); use alltoall or hybridep")
+    if p.moe_dispatcher == "deepep":       # no stack named: Megatron-Core's dispatchers
+        raise SpecError("moe_pad_to_capacity", True,
+                        pad_deepep_rule(DISPATCHERS, "Megatron-Core"))
+
+
+#: drop-and-pad's refusal under DeepEP; ``pad_deepep_rule`` adds the dispatchers to use
+PAD_DEEPEP = ("is not run by moe_dispatcher=deepep (Megatron-Core: the flex dispatcher's "
+              "DeepEP backend does not support moe_pad_expert_input_to_capacity)")
+
+
+def pad_deepep_rule(dispatchers: tuple[str, ...], stack: str) -> str:
+    """The refusal of drop-and-pad under DeepEP with advice true for ``stack``, which runs
+    ``dispatchers`` (``FrameworkProfile.moe_dispatchers``): the others than deepep."""
+    others = [d for d in dispatchers if d != "deepep"]
+    return (f"{PAD_DEEPEP}; {stack} runs the token dispatchers {', '.join(dispatchers)}: use "
+            f"moe_dispatcher={' or '.join(others)}")
 
 
 def expert_shard_whole(tp: Any, cp: Any, dp_shard: Any, ep: Any, etp: Any) -> Any:

@@ -187,6 +187,15 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: "Plan",
     return out
 
 
+def restate_for_stack(e: SpecError, fw: "FrameworkProfile") -> SpecError:
+    """``e`` with the advice of a plan rule that names dispatchers made true for stack ``fw``
+    (drop-and-pad under DeepEP, ``plan.checks.pad_deepep_rule``); other errors as they are."""
+    from strategies.plan.checks import PAD_DEEPEP, pad_deepep_rule
+    if not e.rule.startswith(PAD_DEEPEP):
+        return e
+    return SpecError(e.field, e.value, pad_deepep_rule(fw.moe_dispatchers, fw.name))
+
+
 def plan_with_stack_defaults(raw: Mapping[Any, Any], fw: "FrameworkProfile",
                              gpus: int | None = None) -> tuple[Any, tuple[PlanFill, ...]]:
     """``(Plan, fills)``: the plan of ``raw`` (a plan mapping, ``strategies.plan.
@@ -195,7 +204,10 @@ def plan_with_stack_defaults(raw: Mapping[Any, Any], fw: "FrameworkProfile",
     first; an error the filled values cause names them."""
     from strategies.plan import plan_from_mapping
     switches = fw.plan_defaults()
-    plan = plan_from_mapping(raw, switches)
+    try:
+        plan = plan_from_mapping(raw, switches)
+    except SpecError as e:
+        raise restate_for_stack(e, fw) from None
     fills = stack_fills(fw, given_fields(raw), plan, gpus)
     if not fills:
         return plan, ()

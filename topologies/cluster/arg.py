@@ -6,6 +6,7 @@ cluster) or a YAML/JSON file.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from topologies.cluster.mapping import load_cluster_file
@@ -14,6 +15,10 @@ from topologies.cluster.presets import cluster_preset
 from topologies.cluster.spec import Cluster, NodeGroup
 from topologies.errors import SpecError
 from topologies.limits import parse_int_text
+
+
+#: the names a cluster file may have
+CLUSTER_EXTS = (".yaml", ".yml", ".json")
 
 
 def mixed_cluster(text: str) -> Cluster:
@@ -49,13 +54,24 @@ def parse_cluster_arg(text: str) -> Cluster:
     """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node), several of them joined by
     ``+`` (a mixed cluster, :func:`mixed_cluster`) or a YAML file path."""
     text = str(text).strip()
-    if text.endswith((".yaml", ".yml", ".json")):
+    if "+" in text and not os.path.exists(text) and any(
+            t.strip().endswith(CLUSTER_EXTS) for t in text.split("+")):
+        raise SpecError("cluster", text, "a mixed cluster joins presets (PRESET:NODES+"
+                        "PRESET:NODES); a cluster file describes one with node_groups")
+    if text.endswith(CLUSTER_EXTS):
         return load_cluster_file(text)
     if "+" in text:
         return mixed_cluster(text)
     name, _, nodes = text.partition(":")
     if not nodes:
-        return cluster_preset(name, 1)
+        try:
+            return cluster_preset(name, 1)
+        except SpecError:
+            if not (text and os.path.exists(text)):
+                raise
+        raise SpecError("cluster", text, ("is a folder" if os.path.isdir(text) else "is a file")
+                        + ", not a cluster file: a cluster file's name ends with .yaml, .yml "
+                        "or .json (or give PRESET:NODES)") from None
     try:
         n = parse_int_text("nodes", nodes)
     except SpecError:
