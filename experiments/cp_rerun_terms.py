@@ -19,16 +19,28 @@ CASES = (("llama3-8b", 65536, "dgx-h100:2", "tp=2,cp=4,mbs=1,gbs=16,sp=true,zero
          ("llama3-8b", 65536, "dgx-h100:2", "tp=1,cp=4,pp=2,mbs=1,gbs=16,zero=1"))
 
 
-def main() -> None:
+def row(job) -> tuple:
+    """``(reruns, forward wait ms, backward wait ms, exposed CP s, estimate s, bound s,
+    contention-free s)`` of one job."""
     from simulator.simulate import simulate
-    from strategies.cost import comm as cm
-    from strategies.cost import cp_a2a, cp_ring
     from strategies.cost.stage import stage_costs
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.estimate.scalar import estimate
+    from strategies.estimate.terms.layer_comm import cp_waits
+    from strategies.plan_arrays import PlanArrays
+
+    sc, P = stage_costs(job), PlanArrays.from_plans([job.plan])
+    f, b = cp_waits(sc, job.cluster, job.plan.tp, job.plan.cp)
+    e = estimate(job)
+    return (sc.cp_per_layer_recompute, 1e3 * float(f), 1e3 * float(b), e.breakdown_s["cp_comm"],
+            e.step_time_s,
+            float(step_time_lower_bound(job.model, job.cluster, job.dtype, P, job.framework)[0]),
+            simulate(job, network="contention-free").step_time_s)
+
+
+def main() -> None:
     from strategies.job import make_job
     from strategies.plan import parse_plan
-    from strategies.plan_arrays import PlanArrays
     from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
 
@@ -42,22 +54,9 @@ def main() -> None:
             for rc in ("none", "selective", "full"):
                 job = make_job(m, cl, parse_plan(f"{spec},cp_comm={comm},recompute={rc}"),
                                framework="megatron-core")
-                sc, tp, cp = stage_costs(job), job.plan.tp, job.plan.cp
-                if sc.cp_a2a:
-                    f, b = cp_a2a.layer_waits(
-                        lambda n: cm.collective_time("alltoall", n, cp, tp, cl), sc, cp)
-                else:
-                    f, b = cp_ring.layer_waits(
-                        cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl), sc, cp)
-                e = estimate(job)
-                lb = float(step_time_lower_bound(job.model, cl, job.dtype,
-                                                 PlanArrays.from_plans([job.plan]),
-                                                 job.framework)[0])
-                cf = simulate(job, network="contention-free").step_time_s
-                print(f"{spec:40s} {comm:10s} {rc:9s} {sc.cp_per_layer_recompute:6.2f} "
-                      f"{1e3 * float(f):6.3f}/{1e3 * float(b):6.3f} "
-                      f"{e.breakdown_s['cp_comm']:7.3f} {e.step_time_s:8.3f} {lb:8.3f} "
-                      f"{cf:8.3f}")
+                n, f, b, c, e, lb, cf = row(job)
+                print(f"{spec:40s} {comm:10s} {rc:9s} {n:6.2f} {f:6.3f}/{b:6.3f} {c:7.3f} "
+                      f"{e:8.3f} {lb:8.3f} {cf:8.3f}")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import cp_a2a, cp_ring
+from strategies.cost import cp_ring
 from strategies.cost.recompute import cp_reruns, modules_mask
 from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
+from strategies.estimate.terms.layer_comm import cp_waits
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
@@ -39,13 +40,9 @@ def _job(spec: str, framework: str = "megatron-core", modules: tuple | None = No
 
 
 def _waits(job):
-    """``(forward, backward)`` seconds of one layer pass's CP waits, the estimate's rule."""
-    sc, cl, tp, cp = stage_costs(job), job.cluster, job.plan.tp, job.plan.cp
-    if sc.cp_a2a:
-        return cp_a2a.layer_waits(lambda n: cm.collective_time("alltoall", n, cp, tp, cl),
-                                  sc, cp)
-    return cp_ring.layer_waits(cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl), sc,
-                               cp)
+    """``(forward, backward)`` seconds of one layer pass's CP waits, the estimate's rule
+    (``cp_ring.layer_waits`` or ``cp_a2a.layer_waits`` by the stack's exchange)."""
+    return cp_waits(stage_costs(job), job.cluster, job.plan.tp, job.plan.cp)
 
 
 def test_rerun_counts() -> None:
@@ -127,6 +124,10 @@ def test_simulator_emits_the_reruns_flows(comm: str) -> None:
         float(sc.cp_bytes) * cp_ring.PASS_VOLUME[True]
     layers = j0.model.num_layers * j0.num_microbatches
     assert moved(j1) - moved(j0) == pytest.approx(layers * per, rel=1e-12)
+    # block partial recomputation, 3 of a stage's 12 layers: their reruns only
+    jp = _job(f"tp=2,cp=4,pp=2,mbs=1,gbs=4,cp_comm={comm},recompute=full,recompute_layers=3")
+    j0p = _job(f"tp=2,cp=4,pp=2,mbs=1,gbs=4,cp_comm={comm},recompute=none")
+    assert moved(jp) - moved(j0p) == pytest.approx(3 * j0p.num_microbatches * per, rel=1e-12)
 
 
 @pytest.mark.parametrize("comm", COMMS)
@@ -158,3 +159,18 @@ def test_torch_ring_stalls_once_more() -> None:
     s0, s1 = (stage_costs(_job(spec + r, "torchtitan")) for r in ("none", "full"))
     assert s0.cp_torch and s1.cp_per_layer_recompute == 1.0
     assert s1.cp_stall_bwd - s0.cp_stall_bwd == pytest.approx(s0.cp_stall_fwd, rel=1e-12)
+
+
+@pytest.mark.parametrize("comm", COMMS)
+def test_arrays_price_each_plans_reruns(comm: str) -> None:
+    """The search's arrays path scores no, selective and full recomputation in one call,
+    each plan's CP seconds equal to its scalar estimate's."""
+    from strategies.estimate.analytic import estimate_arrays
+    jobs = [_job(f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute={rc}")
+            for rc in ("none", "selective", "full")]
+    j = jobs[0]
+    got = estimate_arrays(j.model, j.cluster, j.dtype,
+                          PlanArrays.from_plans([x.plan for x in jobs]), j.framework)
+    want = [estimate(x).breakdown_s["cp_comm"] for x in jobs]
+    assert np.asarray(got["cp_comm"]).reshape(-1).tolist() == pytest.approx(want, rel=1e-12)
+    assert want[0] < want[1] and want[0] < want[2]
