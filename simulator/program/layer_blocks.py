@@ -52,17 +52,23 @@ class LayerBlocks:
         cs, kind = self.c, "forward" if fwd else "backward"
         nl = sum(n for n, _ in items)
         rc_s = chunk_sum(items, lambda x: x.layer_recompute)
-        if not fwd and rc_s > 0:
+        cp_rc = 0.0 if cs.cp_torch else cs.cp_per_layer_recompute
+        if not fwd and (rc_s > 0 or cp_rc > 0):
             start = tuple(self.wait)
             # main's block partial recompute charges the chunk's min(N, n) layers, each
             # kind's share at its own layer's cost; otherwise each kind's own recomputation
             secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
+            prev = self.last_compute    # the rerun's exchange not before the compute before it
             rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
-            a2a = None
+            # the rerun attention's CP exchange (§5.187), before what follows it in the
+            # layer: the all-to-all and the TP collectives wait for it
+            a2a = self.cp_rerun(cs.chunk_cp_reruns(nl, len(self.chunk[c])), label, i, c,
+                                (*start, prev), rc) if cp_rc > 0 else None
+            cpt = a2a
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
-                               f"A2A ep {label}", i, c, deps=(rc,),
+                               f"A2A ep {label}", i, c, deps=(rc, cpt),
                                remote_scale=cs.ep_remote_scale,
                                nvlink_share=cs.ep_nvlink_share) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
@@ -140,6 +146,31 @@ class LayerBlocks:
         self._close_block(fwd, items, label, i, c, start, main, ring=tail)
         return main
 
+    def cp_rerun(self, n: float, label: str, i: int, c: int, start: tuple, rc: int | None
+                 ) -> int | None:
+        """The context-parallel exchange of ``n`` recomputed attention forwards
+        (``StageCosts.chunk_cp_reruns``, ``recompute.cp_reruns``), the forward's flows again
+        (``cp_ring.with_rerun``): Transformer Engine's all-to-all, Q/K/V then O after the
+        rerun ``rc``; its ring, the share ``1 - f`` beside the rerun and ``f`` after it; its
+        all-gather (``f`` 1), K/V after it. ``start``: what the rerun waits for (with the
+        compute issued before it); without a rerun op (``rc`` None: selective ``core_attn``
+        under FlashAttention, whose kernel's rerun the model does not charge) all after
+        ``start``. The backward waits on the last; returns it."""
+        cs, after = self.c, (rc,) if rc is not None else start
+        if cs.cp_a2a:
+            pre = self.coll("cp-comm", "alltoall", "cp", cs.cp_bytes, n, "cp",
+                            f"A2A cp rc {label}", i, c, deps=after)
+            tail = self.coll("cp-comm", "alltoall", "cp", cs.cp_out_bytes, n, "cp",
+                             f"A2A cp rc {label}", i, c, deps=(pre,))
+        else:
+            vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
+            self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
+                      f"CP rc {label}", i, c, deps=start)
+            tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * f, "cp",
+                             f"CP rc {label}", i, c, deps=after)
+        self.wait += [tail] if tail is not None else []
+        return tail
+
     def torch_ring(self, fwd: bool, nl: float, label: str, i: int, c: int, other,
                    start) -> int | None:
         """PyTorch's ring attention over ``nl`` layers (``StageCosts.cp_torch``): its traffic
@@ -149,7 +180,7 @@ class LayerBlocks:
         (``cp_stall_fwd``/``cp_stall_bwd``, ``ring_attention.torch_ring_stalls``) on the
         compute stream, as the estimate charges them; returns that op (None without a wait)."""
         cs, n = self.c, len(self.group["cp"])
-        vol = 1.0 if fwd else 1.0 + 2.0 * n / (n - 1) + (self.p.recompute == "full")
+        vol = 1.0 if fwd else 1.0 + 2.0 * n / (n - 1) + cs.cp_per_layer_recompute
         # its SMs are not charged (``sms`` 0): its waits are its own stalls, as the
         # estimate's ``cp_ring.layer_sm_extra`` has it
         self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl * vol, "cp", f"CP {label}",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from strategies.cost.comm_bytes import sent_kv_heads
+from strategies.cost.cp_ring import with_rerun
 from strategies.cost.token_counts import ACT_BYTES, Num, tokens_per_gpu
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
@@ -123,8 +124,9 @@ def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays",
     """Seconds ``(forward, backward)`` one layer pass waits on its all-to-alls, ``t_a2a(n)``
     being one all-to-all over the CP group of ``n`` bytes sent per rank (the estimate's
     ``collective_time``, the bound's floor): Q/K/V (``sc.cp_bytes``) and O
-    (``sc.cp_out_bytes``) in the forward, dO and dQ/dK/dV in the backward, all exposed; 0
-    where ``cp`` is 1. The one form the estimate and the lower bound read."""
+    (``sc.cp_out_bytes``) in the forward, dO and dQ/dK/dV in the backward, all exposed, the
+    backward with its recomputed forwards' (``cp_ring.with_rerun``); 0 where ``cp`` is 1.
+    The one form the estimate and the lower bound read."""
     on = np.asarray(cp) > 1
     t = np.where(on, t_a2a(sc.cp_bytes) + t_a2a(sc.cp_out_bytes), 0.0)
-    return t, t
+    return t, with_rerun(sc, t, t)

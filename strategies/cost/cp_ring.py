@@ -52,14 +52,27 @@ def layer_waits(t_allgather: Num, sc: "StageCosts | StageCostArrays", cp: Num
     beside its attention core (``sc.attn_fwd``, ``sc.attn_bwd``) at
     ``sc.cp_exposed_fraction``; PyTorch's ring (``sc.cp_torch``) its own stalls
     (``sc.cp_stall_fwd``, ``sc.cp_stall_bwd``); 0 where ``cp`` is 1. ``sc``: a
-    ``cost.stage`` cost record (scalars or arrays). The one form the scalar and arrays
-    estimate and the lower bound read."""
+    ``cost.stage`` cost record (scalars or arrays). The backward carries the recomputed
+    forwards' waits too (``with_rerun``; PyTorch's ring: in ``cp_stall_bwd``). The one form
+    the scalar and arrays estimate and the lower bound read."""
     on = np.asarray(cp) > 1
     if sc.cp_torch:
         return np.where(on, sc.cp_stall_fwd, 0.0), np.where(on, sc.cp_stall_bwd, 0.0)
     f = sc.cp_exposed_fraction
-    return (np.where(on, ring_exposed(PASS_VOLUME[True] * t_allgather, sc.attn_fwd, f), 0.0),
-            np.where(on, ring_exposed(PASS_VOLUME[False] * t_allgather, sc.attn_bwd, f), 0.0))
+    t_f = PASS_VOLUME[True] * t_allgather
+    fwd = np.where(on, ring_exposed(t_f, sc.attn_fwd, f), 0.0)
+    bwd = np.where(on, ring_exposed(PASS_VOLUME[False] * t_allgather, sc.attn_bwd, f), 0.0)
+    return fwd, with_rerun(sc, np.where(on, ring_exposed(t_f, sc.cp_rerun_attn, f), 0.0), bwd)
+
+
+def with_rerun(sc: "StageCosts | StageCostArrays", rerun: Num, bwd: Num) -> Num:
+    """Seconds one layer's backward waits on its context-parallel exchange, ``bwd``, plus its
+    recomputed forwards' (``sc.cp_per_layer_recompute``, ``recompute.cp_reruns``): each
+    calls the same CP attention function again, so waits ``rerun``, the forward's rule
+    beside the core the rerun runs (``sc.cp_rerun_attn``: the forward's under full
+    recomputation, where the forward's wait exactly). Every implementation's
+    ``layer_waits`` reads it. docs/calibration.md §5.187."""
+    return bwd + sc.cp_per_layer_recompute * rerun
 
 
 def layer_sm_extra(t_allgather: Num, sc: "StageCosts | StageCostArrays", cp: Num,
@@ -68,8 +81,11 @@ def layer_sm_extra(t_allgather: Num, sc: "StageCosts | StageCostArrays", cp: Num
     pass: ``extra(c, w)`` (``sm_share.WindowSMs.extra`` at the ring's SMs) of the share
     ``1 − f`` of each pass's ``PASS_VOLUME`` that runs beside its attention core (the
     ``ring_exposed`` window); 0 on PyTorch's ring (its own stalls, not modelled here) and
-    where ``cp`` is 1. ``t_allgather``, ``sc``: as ``layer_waits``."""
+    where ``cp`` is 1; the backward's with its recomputed forwards' (``with_rerun``).
+    ``t_allgather``, ``sc``: as ``layer_waits``."""
     on = (np.asarray(cp) > 1) & (not sc.cp_torch)
     f = sc.cp_exposed_fraction
-    return tuple(np.where(on, extra((1 - f) * PASS_VOLUME[fwd] * t_allgather, attn), 0.0)
-                 for fwd, attn in ((True, sc.attn_fwd), (False, sc.attn_bwd)))
+    x_f, x_b, x_r = (np.where(on, extra((1 - f) * PASS_VOLUME[fwd] * t_allgather, attn), 0.0)
+                     for fwd, attn in ((True, sc.attn_fwd), (False, sc.attn_bwd),
+                                       (True, sc.cp_rerun_attn)))
+    return x_f, with_rerun(sc, x_r, x_b)

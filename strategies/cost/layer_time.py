@@ -384,7 +384,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     if stop is None:
         stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
                                  load)
-    work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
+    work = {"scores": rcp.core_rerun(a_f, flash, fw.recompute_flash_fwd),
             "norm_outputs": elementwise_bytes.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
             "dense_mlp": g("dense_mlp") - stop + act("dense_mlp"),
             "routed_act": act("routed_mlp") + clamp,

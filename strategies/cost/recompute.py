@@ -170,3 +170,39 @@ def tp_rerun(rc: Num, pairs: Num, sp: Num, ag_share: Num, early_stop: Num) -> Nu
     full = pairs - stopped_collectives(pairs, early_stop) * np.where(sp, 1.0 - ag_share, 1.0)
     op = pairs * np.where(sp, ag_share, 1.0)
     return np.where(np.asarray(rc) == 3, op, full)
+
+
+def cp_reruns(rc: Num, mask: Num, share: Num, core_attn: bool) -> Num:
+    """Attention forwards per layer and micro-batch whose context-parallel exchange a
+    recomputation reruns in the backward (the rerun forward calls the same CP attention
+    function, which sends again: nothing in it knows it is a recomputation).
+
+    * full (``rc`` 2): ``share`` (``plan_share``: the chunk's recomputed layers) - Megatron-
+      Core's ``recompute.checkpointed_forward`` (``tensor_parallel.checkpoint`` or
+      ``te_checkpoint`` over whole layers, ``uniform``/``block``), torchtitan's ``FullAC``
+      (``checkpoint_wrapper`` over a block, ``early_stop=False``), the ring inside the SDPA.
+    * selective (``rc`` 1) with ``core_attn`` (``part_selected`` "scores") where
+      ``core_attn`` (Megatron-Core: ``Attention._checkpointed_attention_forward`` wraps the
+      core attention, Transformer Engine's CP function included, in
+      ``tensor_parallel.checkpoint``): 1.
+    * op (``rc`` 3) and none: 0 (not modelled for op: left, docs/calibration.md §5.187).
+
+    Vectorised; the caller zeroes it where ``cp`` is 1. docs/calibration.md §5.187."""
+    rc = np.asarray(rc)
+    sel = part_selected(rc, mask, "scores") & bool(core_attn)
+    return np.where(rc == 2, share, np.where(sel, 1.0, 0.0))
+
+
+def core_rerun(a_f: Num, flash: Num, rerun_flash: bool) -> Num:
+    """Seconds of the attention core a selective ``core_attn`` recomputation reruns: its
+    forward ``a_f``, 0 under FlashAttention (whose backward recomputes the scores itself)
+    unless the stack reruns the fused kernel's forward (``rerun_flash``,
+    ``FrameworkProfile.recompute_flash_fwd``). Vectorised."""
+    return np.where(np.logical_and(flash, not rerun_flash), 0.0, a_f)
+
+
+def cp_rerun_window(rc: Num, a_f: Num, flash: Num, rerun_flash: bool) -> Num:
+    """Seconds of attention core a recomputed attention forward runs beside its rerun
+    context-parallel exchange (the ring's window, ``cp_ring.ring_exposed``): the forward's
+    ``a_f`` under full recomputation, ``core_rerun`` under selective. Vectorised."""
+    return np.where(np.asarray(rc) == 2, a_f, core_rerun(a_f, flash, rerun_flash))

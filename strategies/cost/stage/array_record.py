@@ -128,6 +128,11 @@ class StageCostArrays:
     # it (cp_bytes then the Q/K/V all-to-all's bytes); the output's all-to-all's bytes
     cp_a2a: bool = False
     cp_out_bytes: np.ndarray = 0.0
+    # attention forwards per layer whose CP exchange recomputation reruns
+    # (``recompute.cp_reruns``, §5.187): the waits' rules add that many forward waits
+    cp_per_layer_recompute: np.ndarray = 0.0
+    # seconds of attention core each rerun's exchange runs beside (``recompute.cp_rerun_window``)
+    cp_rerun_attn: np.ndarray = 0.0
     # the forward's share of the TP collectives TP overlap leaves blocking whole
     # (``async_tp.overlap_exposed``: the rowwise recipe's all-gathers under async TP)
     tp_overlap_fwd_exposed: float = 0.0

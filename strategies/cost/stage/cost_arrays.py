@@ -66,7 +66,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     torch_cp = fw.cp_impl == "torch"
     st_f, st_b = ring.torch_ring_stalls(m, b, tp, cp, a_f, a_b, cl, fw.cp_kv_heads) \
         if torch_cp else (0.0, 0.0)
-    st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
+    # the attention forwards whose CP exchange the recomputation reruns (§5.187): PyTorch's
+    # ring waits on its forward's stalls again; the others' rule reads the count
+    cp_rc = np.where(cp > 1, rcp.cp_reruns(rc, P.recompute_modules, share,
+                                           not torch_cp and not fw.remat_named), 0.0)
+    st_b = st_b + cp_rc * st_f
     ex_f, ex_b = async_tp.overlap_exposed(fw, dtype)   # TP overlap's blocking shares
 
     return StageCostArrays(
@@ -88,7 +92,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_overlap_fwd_exposed=ex_f, tp_overlap_bwd_exposed=ex_b,
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
-        cp_a2a=fw.cp_impl == "a2a",
+        cp_a2a=fw.cp_impl == "a2a", cp_per_layer_recompute=full(cp_rc),
+        cp_rerun_attn=full(rcp.cp_rerun_window(rc, a_f, flash, fw.recompute_flash_fwd)),
         **zero3_fields(si),
         copy_gap=float(fw.launch_gap_s), copy_rate=float(usable_hbm(gpu, sy)),
         by_kind=kinds_by_name(si, (head_f, head_b, head_w)),

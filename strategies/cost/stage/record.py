@@ -95,6 +95,8 @@ class StageCosts:
     cp_torch: bool = False
     cp_a2a: bool = False                # TE's all-to-all CP (StageCostArrays)
     cp_out_bytes: float = 0.0
+    cp_per_layer_recompute: float = 0.0  # CP exchanges the recomputation reruns (StageCostArrays)
+    cp_rerun_attn: float = 0.0          # the attention core beside each (StageCostArrays)
     tp_overlap_fwd_exposed: float = 0.0  # StageCostArrays.tp_overlap_fwd_exposed
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
@@ -155,6 +157,14 @@ class StageCosts:
             return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
+
+    def chunk_cp_reruns(self, nl: float, chunk: float | None = None) -> float:
+        """Recomputed attention forwards of ``nl`` layers of a chunk of ``chunk`` whose
+        context-parallel exchange runs again (``cp_per_layer_recompute``; under block partial
+        recomputation, its ``min(N, chunk)`` layers' share, ``block_recompute``)."""
+        if self.recompute_cap > 0 and self.cp_per_layer_recompute > 0:
+            return float(block_recompute(self, nl, chunk)[1])
+        return nl * self.cp_per_layer_recompute
 
     def rerun_tp_exposed(self, nl: float, n_tp: float) -> float:
         """Share of a recomputation's ``n_tp`` TP collectives (``chunk_recompute_comm`` of

@@ -1,0 +1,176 @@
+"""The recomputed forward's context-parallel exchange (docs/calibration.md §5.187): full
+recomputation (Megatron-Core's ``checkpointed_forward``, torchtitan's ``FullAC``) and
+Megatron-Core's selective ``core_attn`` (``_checkpointed_attention_forward``) rerun the CP
+attention function, which sends again. The rerun count (``recompute.cp_reruns``); each
+implementation's backward wait growing by exactly its forward's (``cp_ring.with_rerun``);
+the estimate's CP seconds by ``L·m`` of them; the simulator's cp-comm flows by the forward's
+bytes per rerun; the estimate, the bound and the contention-free simulation agreeing."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.program.compiler import compile_job
+from simulator.program.ops import Collective
+from simulator.simulate import simulate
+from strategies.cost import comm as cm
+from strategies.cost import cp_ring
+from strategies.cost.recompute import cp_reruns, modules_mask
+from strategies.cost.stage import stage_costs
+from strategies.estimate.lower_bound import step_time_lower_bound
+from strategies.estimate.scalar import estimate
+from strategies.estimate.terms.layer_comm import cp_waits
+from strategies.job import make_job
+from strategies.plan import parse_plan
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+COMMS = ("p2p", "all_gather", "a2a")
+
+
+def _job(spec: str, framework: str = "megatron-core", modules: tuple | None = None):
+    m = replace(model_preset("gpt-1.7b"), seq_length=16384)   # 24 layers, 24 heads
+    plan = parse_plan(spec)
+    if modules is not None:
+        plan = replace(plan, recompute_modules=modules)
+    return make_job(m, cluster_preset("dgx-h100", 2), plan, framework=framework)
+
+
+def _waits(job):
+    """``(forward, backward)`` seconds of one layer pass's CP waits, the estimate's rule
+    (``cp_ring.layer_waits`` or ``cp_a2a.layer_waits`` by the stack's exchange)."""
+    return cp_waits(stage_costs(job), job.cluster, job.plan.tp, job.plan.cp)
+
+
+def test_rerun_counts() -> None:
+    """Full: the recomputed share of the layers; selective with ``core_attn`` (the default
+    module) where the stack checkpoints the core attention: one; selective without it, op
+    and none: zero."""
+    core, mlp = modules_mask(("core_attn",)), modules_mask(("mlp",))
+    rc = np.array([2, 2, 1, 1, 1, 3, 0])
+    mask = np.array([0, 0, 0, core | mlp, mlp, 0, 0])
+    share = np.array([1.0, 0.25, 1.0, 1.0, 1.0, 1.0, 1.0])
+    assert cp_reruns(rc, mask, share, True).tolist() == [1.0, 0.25, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert cp_reruns(rc, mask, share, False).tolist() == [1.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0]
+    spec = "tp=2,cp=4,mbs=1,gbs=4,pp=2,"
+    assert stage_costs(_job(spec + "recompute=full")).cp_per_layer_recompute == 1.0
+    part = stage_costs(_job(spec + "recompute=full,recompute_layers=3"))
+    assert part.cp_per_layer_recompute == pytest.approx(3 / 12, rel=1e-15)  # 12 a stage
+    assert stage_costs(_job(spec + "recompute=selective")).cp_per_layer_recompute == 1.0
+    assert stage_costs(_job(spec + "recompute=selective", modules=("mlp",))
+                       ).cp_per_layer_recompute == 0.0
+    assert stage_costs(_job("tp=2,mbs=1,gbs=8,recompute=full")).cp_per_layer_recompute == 0.0
+
+
+@pytest.mark.parametrize("comm", COMMS)
+def test_backward_waits_grow_by_the_forwards(comm: str) -> None:
+    """Each implementation's rule: the forward's wait unchanged, the backward's grown by
+    exactly the forward's per rerun under full recomputation (the core rerun beside the
+    ring as in the forward). Selective ``core_attn`` under FlashAttention reruns no core
+    the model charges: the all-gather and all-to-all (exposed whole anyway) grow by the
+    forward's, the ring by its whole pass, nothing beside it. ``with_rerun`` at a quarter:
+    a quarter."""
+    spec = f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute="
+    j0 = _job(spec + "none")
+    f0, b0 = _waits(j0)
+    f1, b1 = _waits(_job(spec + "full"))
+    assert f0 > 0 and float(f1) == float(f0)
+    assert float(b1) - float(b0) == pytest.approx(float(f0), rel=1e-12)
+    js = _job(spec + "selective")
+    sc = stage_costs(js)
+    assert sc.cp_rerun_attn == 0.0 and stage_costs(_job(spec + "full")).cp_rerun_attn == \
+        sc.attn_fwd > 0
+    fs, bs = _waits(js)
+    whole = cp_ring.PASS_VOLUME[True] * float(cm.collective_time(
+        "allgather", sc.cp_bytes, 4, 2, js.cluster))
+    assert float(bs) - float(b0) == pytest.approx(whole if comm == "p2p" else float(f0),
+                                                  rel=1e-12)
+    if comm == "p2p":
+        assert whole > float(f0)        # the forward hides part of its ring
+    sc = replace(stage_costs(j0), cp_per_layer_recompute=0.25)
+    assert cp_ring.with_rerun(sc, 2.0, 3.0) == 3.5
+
+
+@pytest.mark.parametrize("comm", COMMS)
+def test_estimate_cp_seconds_grow_by_the_forwards(comm: str) -> None:
+    """The step's CP seconds grow by ``L·m`` forward waits under full recomputation (every
+    layer rerun): exposed whole, nothing hides the rerun's exchange."""
+    spec = f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute="
+    j0, j1 = _job(spec + "none"), _job(spec + "full")
+    f0, _ = _waits(j0)
+    layers = j0.model.num_layers * j0.num_microbatches
+    d = estimate(j1).breakdown_s["cp_comm"] - estimate(j0).breakdown_s["cp_comm"]
+    assert d == pytest.approx(layers * float(f0), rel=1e-9)
+
+
+@pytest.mark.parametrize("comm", COMMS)
+def test_simulator_emits_the_reruns_flows(comm: str) -> None:
+    """The cp-comm stream carries the forward's exchange once more per recomputed layer:
+    Q/K/V and O (a2a), one K/V all-gather's worth (ring, all-gather), on the CP group."""
+    spec = f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute="
+    j0, j1 = _job(spec + "none"), _job(spec + "full")
+    sc = stage_costs(j0)
+
+    def moved(job):
+        ops = [op for op in compile_job(job, ranks=[0])[0].streams["cp-comm"]
+               if type(op) is Collective]
+        assert all(op.group == (0, 2, 4, 6) for op in ops)
+        return sum(op.nbytes * op.repeat for op in ops)
+
+    per = float(sc.cp_bytes) + float(sc.cp_out_bytes) if comm == "a2a" else \
+        float(sc.cp_bytes) * cp_ring.PASS_VOLUME[True]
+    layers = j0.model.num_layers * j0.num_microbatches
+    assert moved(j1) - moved(j0) == pytest.approx(layers * per, rel=1e-12)
+    # block partial recomputation, 3 of a stage's 12 layers: their reruns only
+    jp = _job(f"tp=2,cp=4,pp=2,mbs=1,gbs=4,cp_comm={comm},recompute=full,recompute_layers=3")
+    j0p = _job(f"tp=2,cp=4,pp=2,mbs=1,gbs=4,cp_comm={comm},recompute=none")
+    assert moved(jp) - moved(j0p) == pytest.approx(3 * j0p.num_microbatches * per, rel=1e-12)
+
+
+@pytest.mark.parametrize("comm", COMMS)
+@pytest.mark.parametrize("rc", ("full", "selective"))
+def test_estimate_bound_and_contention_free_simulation_agree(comm: str, rc: str) -> None:
+    """With recomputation each plan's estimate within 1.5 % of its contention-free
+    simulation (as without: ``test_cp_a2a``), the bound below the estimate; under selective
+    ``core_attn`` (FlashAttention: the exchange alone rerun) the rerun adds the same
+    seconds to both within 2 %."""
+    job = _job(f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute={rc}")
+    e = estimate(job).step_time_s
+    s = simulate(job, network="contention-free").step_time_s
+    assert s == pytest.approx(e, rel=0.015)
+    if rc == "selective":
+        j0 = _job(f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute=none")
+        d_e = e - estimate(j0).step_time_s
+        assert d_e > 0
+        assert s - simulate(j0, network="contention-free").step_time_s == \
+            pytest.approx(d_e, rel=0.02)
+    bound = step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                  PlanArrays.from_plans([job.plan]), job.framework)[0]
+    assert float(bound) <= e
+
+
+def test_torch_ring_stalls_once_more() -> None:
+    """PyTorch's ring (torchtitan's FullAC reruns the block, SDPA and ring inside): the
+    backward's stalls grow by the forward's, the rule's own field (unchanged by §5.187)."""
+    spec = "tp=2,cp=4,mbs=1,gbs=4,recompute="
+    s0, s1 = (stage_costs(_job(spec + r, "torchtitan")) for r in ("none", "full"))
+    assert s0.cp_torch and s1.cp_per_layer_recompute == 1.0
+    assert s1.cp_stall_bwd - s0.cp_stall_bwd == pytest.approx(s0.cp_stall_fwd, rel=1e-12)
+
+
+@pytest.mark.parametrize("comm", COMMS)
+def test_arrays_price_each_plans_reruns(comm: str) -> None:
+    """The search's arrays path scores no, selective and full recomputation in one call,
+    each plan's CP seconds equal to its scalar estimate's."""
+    from strategies.estimate.analytic import estimate_arrays
+    jobs = [_job(f"tp=2,cp=4,mbs=1,gbs=4,cp_comm={comm},recompute={rc}")
+            for rc in ("none", "selective", "full")]
+    j = jobs[0]
+    got = estimate_arrays(j.model, j.cluster, j.dtype,
+                          PlanArrays.from_plans([x.plan for x in jobs]), j.framework)
+    want = [estimate(x).breakdown_s["cp_comm"] for x in jobs]
+    assert np.asarray(got["cp_comm"]).reshape(-1).tolist() == pytest.approx(want, rel=1e-12)
+    assert want[0] < want[1] and want[0] < want[2]
