@@ -23,6 +23,7 @@ from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
 from strategies.stacks.jax_xla import JAX_XLA
 from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
 from strategies.job import make_job
 from strategies.launch import export
 from strategies.plan import parse_plan
@@ -105,7 +106,11 @@ def test_mlp_recompute_time_is_megatrons_less_the_down_projection(dtype):
 def test_core_attn_reruns_the_fused_forward_only_where_the_stack_does():
     jax, a_f = _sel(JAX_XLA, ("core_attn",))
     core, _ = _sel(MEGATRON_CORE, ("core_attn",))
-    assert a_f > 0 and jax == pytest.approx(a_f, rel=1e-15) and core == 0.0
+    # Megatron-Core's core_attn checkpoint reruns the fused kernel too (§5.188); Megatron-
+    # DeepSpeed's ParallelAttention runs FlashAttention outside its checkpoint: no rerun
+    legacy, _ = _sel(MEGATRON_DEEPSPEED, ("core_attn",))
+    assert a_f > 0 and jax == pytest.approx(a_f, rel=1e-15)
+    assert core == pytest.approx(a_f, rel=1e-15) and legacy == 0.0
     # without FlashAttention both redo the unfused core; Megatron-Core's (Transformer
     # Engine's) also rebuilds its causal mask on the rerun (§5.135), which JAX does not
     jax_plain = _sel(JAX_XLA, ("core_attn",), flash=False)[0]

@@ -86,6 +86,11 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    # selective core_attn reruns the fused attention forward: Attention.forward wraps
+    # Transformer Engine's DotProductAttention in _checkpointed_attention_forward
+    # (tensor_parallel.checkpoint) whatever the backend, and TransformerConfig only warns
+    # that a fused kernel needs no core_attn recompute (docs/calibration.md §5.188)
+    recompute_flash_fwd=True,
     # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R);
     # routed experts over the expert-data-parallel group's R-th, the instances all-reduce
     # (core/parallel_state.py _INTRA/_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, d98e8a6).

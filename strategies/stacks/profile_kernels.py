@@ -114,8 +114,8 @@ class StackKernels:
     #: selective recomputation of ``core_attn`` under FlashAttention reruns the fused attention
     #: kernel's forward (the stack keeps neither its output nor its softmax statistics: MaxText's
     #: ``context`` tensor, remat unless a policy saves it); False: the fused kernel's backward
-    #: recomputes the scores itself and nothing is rerun (the model's reading of Megatron's
-    #: ``core_attn`` under FlashAttention)
+    #: recomputes the scores itself and nothing is rerun. Megatron-Core (and the stacks built
+    #: on it) sets it: its ``core_attn`` checkpoint reruns the fused kernel (§5.188)
     recompute_flash_fwd: bool = False
     #: selective recomputation is a JAX remat policy (``strategies.remat_policies``): a layer
     #: keeps its input and the named tensors the policy saves and the backward reads
