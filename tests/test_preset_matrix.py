@@ -92,3 +92,33 @@ def test_matrix_sensible_plan_runs_on_every_stack(capsys):
                      "--plan", pm.plan_text(plan), "--json"])
         pm.check_exit(c)
         assert c.rc == 0 and not c.problems, (stack, c.err)
+
+
+def test_megatron_deepspeed_search_prices_the_schedule_the_stack_runs(capsys):
+    """The search's rows under megatron-deepspeed were priced as Megatron's 1F1B (their key
+    said schedule=1f1b) while ``make_job`` runs DeepSpeed's engine: the analytic step and the
+    peak memory of the search's top plan differed from ``estimate`` of its own key (mpt-70b on
+    64 DGX A100: 4.2467 s and 49.059 GiB against 4.2568 s and 49.092 GiB). Now the same."""
+    import json
+    base = ["--model", "mpt-70b", "--cluster", "dgx-a100:8", "--framework",
+            "megatron-deepspeed"]
+    assert main(["search", *base, "--global-batch", "64", "--fix", "tp=8,pp=4,mbs=1",
+                 "--top", "1", "--workers", "1", "--reference", "none", "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["plans"][0]
+    assert top["plan"]["schedule"] == "deepspeed-1f1b"
+    assert main(["estimate", *base, "--plan", top["key"], "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["step_time_s"] == top["analytic_step_time_s"]
+    assert est["memory"]["peak_gib"] == top["memory"]["peak_gib"]
+
+
+def test_megatron_deepspeed_space_has_one_row_per_plan_with_every_schedule():
+    from strategies.presets import model_preset
+    from strategies.search.space import SpaceOptions, enumerate_space
+    from topologies.cluster import parse_cluster_arg
+    sp = enumerate_space(model_preset("gpt-1.7b"), parse_cluster_arg("dgx-a100:2"), 64,
+                         SpaceOptions(schedules="all"), framework=get_profile("megatron-deepspeed"))
+    keys = [sp.key(i) for i in range(sp.size)]
+    assert len(keys) == len(set(keys))
+    piped = [k for k in keys if ",pp=1," not in k]
+    assert piped and all("schedule=deepspeed-1f1b" in k for k in piped)
