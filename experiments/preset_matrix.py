@@ -17,7 +17,8 @@ when:
   ``step_time_s``;
 - ``estimate``'s ``fits`` disagrees with its peak and the GPU memory its report states;
 - ``search``'s recommended plan peaks above the memory limit its report states, or it
-  returns no plan, or refuses without a message;
+  returns no plan, or refuses without a message; its top plan's analytic step time or peak
+  memory differ from ``estimate`` of the plan's own key;
 - the same call twice gives different JSON bytes (a sample; ``wall_s`` and the search's
   ``execution`` left out: docs/cli.md says they vary).
 
@@ -219,6 +220,24 @@ def same_bytes(a: Call, b: Call, drop: tuple[str, ...]) -> bool:
     return json.dumps(da) == json.dumps(db)
 
 
+def agrees_with_estimate(key: tuple[str, str, str], d: dict[str, Any]) -> list[str]:
+    """The search's top plan against ``estimate`` of its own key: the same analytic step time
+    and peak memory (one cost model, read by both)."""
+    top = d["plans"][0]
+    e = call(["estimate", *base_args(*key), "--plan", top["key"], "--global-batch",
+              str(d["inputs"]["global_batch"]), "--json"])
+    if e.data is None:
+        return [f"estimate of the top plan {top['key']} exits {e.rc}: {e.err.strip()[-200:]}"]
+    out = []
+    for name, mine, theirs in (("analytic step", top["analytic_step_time_s"],
+                                e.data["step_time_s"]),
+                               ("peak GiB", top["memory"]["peak_gib"],
+                                e.data["memory"]["peak_gib"])):
+        if not math.isclose(mine, theirs, rel_tol=1e-9):
+            out.append(f"top plan's {name} {mine:.6g} vs estimate of its key {theirs:.6g}")
+    return out
+
+
 def base_args(model: str, cluster: str, stack: str) -> list[str]:
     return ["--model", model, "--cluster", cluster] + ([] if stack == "-" else
                                                         ["--framework", stack])
@@ -238,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None, help="comma-separated model presets (default all)")
     ap.add_argument("--clusters", default=",".join(CLUSTERS), help="comma-separated clusters")
     ap.add_argument("--frameworks", default=",".join(STACKS),
-                    help="comma-separated stacks, '-' for none named (default: none and all)")
+                    help="comma-separated stacks, '-' for none named (default: none and all; "
+                         "write --frameworks=-,torchtitan when the list starts with '-')")
     ap.add_argument("--search", type=int, default=40, help="searches, an even sample (40)")
     ap.add_argument("--simulate", type=int, default=6,
                     help="simulations of a searched top plan (6)")
@@ -293,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             elif lim is not None and rec["memory"]["peak_gib"] > lim + 1e-9:
                 c.problems.append(f"recommended peak {rec['memory']['peak_gib']:.2f} GiB over "
                                   f"the stated limit {lim:.2f} GiB")
+            if d.get("plans"):
+                c.problems += agrees_with_estimate(key, d)
         srch.append((key, c))
         print(f"search {key}: rc {c.rc} {c.wall_s:.1f} s", file=sys.stderr)
     for key, c in spread([s for s in srch if s[1].rc == 0], a.repeat_search):
@@ -349,6 +371,11 @@ def render(est, srch, sims, md: bool, failures_only: bool, wall: float) -> str:
 
     out = []
     h = "### " if md else ""
+    if md:
+        cmd = " ".join(["python", "experiments/preset_matrix.py", *sys.argv[1:]])
+        out += ["# Preset matrix: every preset model x preset clusters x stacks, end to end", "",
+                f"Made by `{cmd} > docs/reports/preset_matrix.md` (what it checks: the script's "
+                "docstring; wall times depend on the host).", ""]
     out.append(f"{h}Summary ({wall:.0f} s wall)")
     out.append(tab(["command", "calls", "ok", "refused (exit 2)", "failures", "median s",
                     "max s"],
