@@ -388,7 +388,7 @@ def render(est, srch, sims, md: bool, failures_only: bool, wall: float) -> str:
         if status(c) == "refused":
             line = c.err.strip().splitlines()[-1]
             rule = line.split(": ", 2)[-1]
-            refused[rule[:110]] = refused.get(rule[:110], 0) + 1
+            refused[rule[:400]] = refused.get(rule[:400], 0) + 1
     out += ["", f"{h}Estimate refusals, by message (the most frequent 15)"]
     out.append(tab(["count", "message"], sorted(((n, r) for r, n in refused.items()),
                                                 key=lambda x: (-x[0], x[1]))[:15]))
