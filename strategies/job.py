@@ -10,6 +10,7 @@ from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import stack_grad_bytes
 from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.plan_defaults import stack_default_refusal
 from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
                                      stack_tp_overlap)
 from strategies.stacks.variants import with_cp_comm, with_fp8_attention
@@ -140,7 +141,10 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     # what DeepSeek-V4's cost does not model (context parallelism, the unfused path)
-    refuse_cost(model, plan.cp, plan.flash_attn, fw.fp8_attention)
+    try:
+        refuse_cost(model, plan.cp, plan.flash_attn, fw.fp8_attention)
+    except SpecError as e:
+        raise (stack_default_refusal(fw, plan, e) if framework is not None else e) from None
     if framework is not None:  # a precision the stack lacks, before any work
         check_precision(fw, dtype)
     if not sy.grad_buffer_bytes and stack_grad_bytes(fw):   # the stack's gradient bytes
@@ -164,7 +168,10 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     plan = replace(plan, dp=dp, gbs=gbs)
-    check_plan_against_model(model, plan)
+    try:
+        check_plan_against_model(model, plan)
+    except SpecError as e:      # a stack default the model cannot take says so
+        raise (stack_default_refusal(fw, plan, e) if framework is not None else e) from None
     if plan.group_microbatches is not None:
         counts = _check_group_microbatches(cluster, plan)
     elif gbs % (plan.mbs * dp):

@@ -106,9 +106,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
                                     dtype=cfg.dtype, system=cfg.system)
         if space.size == 0:
-            raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the "
-                            "constraints (" + ", ".join(f"{r}: {n}" for r, n in
-                                                        space.pruned.items() if n) + ")")
+            raise SpecError("search", f"{m.name} on {cl.name}", empty_space_rule(space.pruned))
         analytic = estimate_arrays_mixed(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
         if not cl.uniform:      # the heterogeneity-aware variants order every row by it
             analytic = kind_priced(analytic)
@@ -182,6 +180,19 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     if not cl.uniform:
         report["uneven"] = uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
     return report
+
+
+def empty_space_rule(pruned: dict[str, int]) -> str:
+    """Why a search has no plan, in words: the rule that pruned the last plans (the last,
+    in ``RULES`` order, that pruned any: the rules apply in that order), what it means, and
+    the plans each rule pruned."""
+    counts = [(r, pruned.get(r, 0)) for r, _ in RULES if pruned.get(r, 0)]
+    if not counts:
+        return "no plan passes the constraints (the space is empty)"
+    last = counts[-1][0]
+    return (f"no plan passes the constraints: the last {counts[-1][1]:,} were pruned by rule "
+            f"{last} ({dict(RULES)[last]}); plans pruned by rule: "
+            + ", ".join(f"{r} {n:,}" for r, n in counts))
 
 
 class Rows(Sequence):

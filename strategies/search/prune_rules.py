@@ -96,8 +96,30 @@ def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray
 
 def framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
     """What stack ``fw`` can run: ``strategies.stacks.rules.stack_mask``, the rule list
-    ``plan_violations`` reads for one plan; every plan when no stack is named."""
-    return stack_mask(fw, c)
+    ``plan_violations`` reads for one plan; every plan when no stack is named. A pipelined
+    row of a generic schedule the stack runs as its own (``FrameworkProfile.schedule_impl``:
+    Megatron-DeepSpeed's ``1f1b`` is DeepSpeed's engine) is refused too where the space
+    holds that schedule itself (``--schedules all``): the two are one plan
+    (``stack_schedules``)."""
+    ok = stack_mask(fw, c)
+    for generic, impl in (fw.schedule_impl if fw is not None else ()):
+        if (c["sched"] == schedule_code(impl)).any():
+            ok = ok & ~((c["pp"] > 1) & (c["sched"] == schedule_code(generic)))
+    return ok
+
+
+def stack_schedules(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
+    """The schedule column as stack ``fw`` runs it: each pipelined row's generic schedule
+    the stack implements its own way replaced by that schedule (``FrameworkProfile.
+    schedule_for``, as ``make_job`` replaces a plan's), so the later rules, the memory, the
+    estimate, the bound, the keys and the simulations of the search all read the schedule
+    the stack runs (Megatron-DeepSpeed: ``deepspeed-1f1b``, whose lock step and kept stage
+    outputs 1F1B's costs and memory leave out)."""
+    sched = c["sched"]
+    for generic, impl in (fw.schedule_impl if fw is not None else ()):
+        sched = np.where((c["pp"] > 1) & (sched == schedule_code(generic)),
+                         schedule_code(impl), sched)
+    return sched
 
 
 def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):

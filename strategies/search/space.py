@@ -41,7 +41,8 @@ from strategies.search.layouts import layer_costs
 from strategies.search.options import SpaceOptions
 from strategies.search.plan_rows import plan_key, plan_of
 from strategies.search.product import raw_product
-from strategies.search.prune_rules import framework_ok, pipeline_bubble, row_rules, schedule_ok
+from strategies.search.prune_rules import (framework_ok, pipeline_bubble, row_rules, schedule_ok,
+                                          stack_schedules)
 from strategies.search.space_memory import SpaceMemory, space_memory
 from strategies.search.zero2_dominance import zero1_twins, zero2_slower
 from strategies.stacks.profile import FrameworkProfile, stack_system
@@ -142,6 +143,7 @@ def _prune_by_rules(c: dict[str, np.ndarray], pruned: dict[str, int], model: Mod
         c = _keep(c, pruned, reason, rule(c))
         if reason == "zero3_pp":
             c = _keep(c, pruned, "framework", framework_ok(c, framework))
+            c["sched"] = stack_schedules(c, framework)    # the schedule the stack runs
     if "microbatch_group_size" not in opts.fixed:
         c["mgs"] = least_group(c)
     c = _keep(c, pruned, "schedule", schedule_ok(c, model.num_layers))

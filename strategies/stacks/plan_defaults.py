@@ -224,3 +224,25 @@ def plan_with_stack_defaults(raw: Mapping[Any, Any], fw: "FrameworkProfile",
         raise SpecError(e.field, e.value, f"{e.rule} (with {stated}: {fw.name}'s defaults "
                         "where the plan names none; give them to choose otherwise)") from None
     return filled, tuple(fills)
+
+
+def stack_default_refusal(fw: "FrameworkProfile", plan: "Plan", err: SpecError) -> SpecError:
+    """``err`` (a model rule that refused ``plan``) with the named stack ``fw`` said: where
+    the refused field holds the value ``fw`` gives a plan that names none (its ``recompute``
+    fill, its ``flash_attn`` switch), the rule adds that it is the stack's default and what
+    to give instead (another value the stack runs, or, where it runs none, another
+    ``--framework``). A plan that named nothing is then not told only of a value it never
+    wrote. Other errors come back unchanged."""
+    field = err.field.removeprefix("plan.")
+    if field == "recompute" and plan.recompute == fw.field_defaults.recompute:
+        value, others = plan.recompute, [r for r in fw.recompute if r != plan.recompute]
+    elif field == "flash_attn" and plan.flash_attn == fw.default_flash_attn:
+        value = str(plan.flash_attn).lower()
+        others = [str(not plan.flash_attn).lower()] if fw.flash_attn or plan.flash_attn else []
+    else:
+        return err
+    instead = (f"give {' or '.join(f'{field}={o}' for o in others)}" if others else
+               f"{fw.name} runs no other {field}: choose another --framework")
+    return SpecError(err.field, err.value, f"{err.rule} ({field}={value} is {fw.name}'s "
+                     f"default where a plan names none; {instead})")
+
