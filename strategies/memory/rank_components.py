@@ -130,7 +130,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                                  P.moe_pad_to_capacity)
     # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_a2a``) or the one a plan
     # names (``PlanArrays.cp_comm``)
-    a2a = np.where(P.cp_comm == 0, cp_a2a, P.cp_comm == 1 + CP_COMMS.index("a2a"))
+    # (and a2a+p2p's, whose all-to-all over its k ranks holds the same bytes, §5.189)
+    a2a = np.where(P.cp_comm == 0, cp_a2a, np.isin(P.cp_comm, [1 + CP_COMMS.index("a2a"),
+                                                               1 + CP_COMMS.index("a2a+p2p")]))
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,

@@ -1,0 +1,67 @@
+"""Megatron-Core's hierarchical context parallelism (``--cp-comm-type a2a+p2p`` with
+``--hierarchical-context-parallel-sizes k cp/k``; plan ``cp_comm=a2a+p2p``,
+``hierarchical_cp=k``): Transformer Engine's ring (``AttnFuncWithCPAndKVP2P``) given a list
+``cp_group = [a2a group, p2p group]`` (``context_parallel.py`` @d0067d0 L1407-1419,
+L1486-1497, L2032-2049, L2405-2416, L2889-2900; Megatron-Core @d98e8a6
+``parallel_state.create_hierarchical_groups`` L378-437, ``extensions/transformer_engine.py``
+L2143-2150). docs/calibration.md §5.187 (read), §5.189 (priced). Units: bytes, seconds.
+
+A rank holding ``s/c`` tokens of ``a/t`` heads first runs the all-to-all of ``cp_a2a`` over
+its ``k`` consecutive CP ranks (``tp`` apart): the same Q/K/V and O bytes as ``a2a``
+(``cp_a2a.qkv_bytes``, ``out_bytes``: what a rank sends does not depend on the group size),
+the same copies (``cp_a2a.copy_bytes``) and working set; it then holds ``k·s/c`` tokens of
+``a/(t·k)`` heads and runs the ring of ``cp_ring`` at tensor size ``t·k`` and CP size
+``c/k`` over the ``c/k`` ranks ``t·k`` apart (``ring_sizes``), the core the ring's at those
+sizes. ``k = c`` is ``a2a`` and ``k = 1`` ``p2p`` exactly. No formula lives here: the waits
+are the two rules' sum (``layer_waits``)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from strategies.cost import cp_a2a, cp_ring
+from strategies.cost.token_counts import Num
+from strategies.model import ModelSpec
+
+if TYPE_CHECKING:
+    from strategies.cost.stage.array_record import StageCostArrays
+    from strategies.cost.stage.record import StageCosts
+
+#: The first Transformer Engine release whose ring takes a list ``cp_group`` (Megatron-Core
+#: ``extensions/transformer_engine.py`` L2143-2150 asserts "Hierarchical CP implementation
+#: needs Transformer-Engine>=1.12.0", §5.185)
+TE_FIRST = (1, 12)
+
+
+def a2a_size(cp_impl: str, cp: Num, hierarchical_cp: Num) -> Num:
+    """The all-to-all group's size ``k`` of exchange ``cp_impl``: ``cp`` for ``"a2a"``,
+    the plan's ``hierarchical_cp`` for ``"a2a+p2p"``, 1 (no all-to-all) otherwise."""
+    if cp_impl == "a2a":
+        return cp
+    if cp_impl == "a2a+p2p":
+        return hierarchical_cp
+    return 1
+
+
+def ring_sizes(tp: Num, cp: Num, k: Num) -> tuple[Num, Num]:
+    """``(tensor size, CP size)`` the ring and its attention core run at after an all-to-all
+    over ``k`` CP ranks: ``(t·k, c/k)`` (the ring's neighbours ``t·k`` ranks apart)."""
+    return tp * k, cp / k
+
+
+def layer_waits(t_a2a: Callable[[Num], Num], t_allgather: Num,
+                sc: "StageCosts | StageCostArrays", cp: Num) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` one layer pass waits: ``cp_a2a.layer_waits`` of the
+    Q/K/V (``sc.cp_qkv_bytes``) and O (``sc.cp_out_bytes``) all-to-alls, ``t_a2a(n)`` one
+    over the ``k`` ranks, plus ``cp_ring.layer_waits`` of the ring, ``t_allgather`` one
+    all-gather of ``sc.cp_bytes`` (the K/V at ``ring_sizes``) over the ``c/k`` ranks; each
+    with its recomputed forwards' (``cp_ring.with_rerun``). The one form the estimate and
+    the lower bound read."""
+    a_f, a_b = cp_a2a.layer_waits(t_a2a, sc, cp, sc.cp_qkv_bytes)
+    r_f, r_b = cp_ring.layer_waits(t_allgather, sc, cp)
+    return a_f + r_f, a_b + r_b
+
+
+def check(m: ModelSpec, tp: int, cp: int, k: int) -> None:
+    """``SpecError`` where the inner all-to-all cannot scatter the rank's heads over ``k``
+    (``cp_a2a.check_heads`` at ``k``: Transformer Engine asserts it on the a2a group)."""
+    cp_a2a.check_heads(m, tp, k, "hierarchical_cp")
