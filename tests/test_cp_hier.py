@@ -76,9 +76,10 @@ def test_each_levels_bytes_closed_forms() -> None:
 
 def test_waits_are_the_two_rules_sum() -> None:
     """gpt-1.7b, tp 1, cp 16 over two nodes, k 8: the all-to-all inside a node (8 ranks 1
-    apart), the ring across (2 ranks 8 apart). Each pass waits ``t(Q/K/V) + t(O)`` (the a2a
-    rule over k) plus the ring's exposure of its all-gathers over ``c/k`` at stride ``t·k``;
-    the estimate's CP seconds are ``L·m·(forward + backward)`` of that."""
+    apart), the ring across (2 ranks 8 apart). The forward waits ``t(Q/K/V) + t(O)``, the
+    backward ``t(2·O) + t(Q/K/V)`` (the saved output goes back with dO), each exposed, plus
+    the ring's exposure of its all-gathers over ``c/k`` at stride ``t·k``; the estimate's CP
+    seconds are ``L·m·(forward + backward)`` of that."""
     job = _job(HIER + "8")
     cl, sc = job.cluster, stage_costs(job)
 
@@ -86,30 +87,56 @@ def test_waits_are_the_two_rules_sum() -> None:
         return float(cm.collective_time("alltoall", n, 8, 1, cl))
 
     t_ag = float(cm.collective_time("allgather", sc.cp_bytes, 2, 8, cl))
-    a = t(sc.cp_qkv_bytes) + t(sc.cp_out_bytes)
     r_f, r_b = cp_ring.layer_waits(t_ag, sc, 16)
     f, b = cp_hier.layer_waits(lambda n: cm.collective_time("alltoall", n, 8, 1, cl), t_ag,
                                sc, 16)
-    assert a > 0 and float(r_f) > 0
-    assert float(f) == pytest.approx(a + float(r_f), rel=1e-12)
-    assert float(b) == pytest.approx(a + float(r_b), rel=1e-12)
+    assert float(r_f) > 0 and cp_hier.BWD_OUT_TENSORS == 2.0
+    assert float(f) == pytest.approx(t(sc.cp_qkv_bytes) + t(sc.cp_out_bytes) + float(r_f),
+                                     rel=1e-12)
+    assert float(b) == pytest.approx(t(sc.cp_qkv_bytes) + t(2 * sc.cp_out_bytes) + float(r_b),
+                                     rel=1e-12)
     e = estimate(job)
     layers = job.model.num_layers * job.num_microbatches
     assert e.breakdown_s["cp_comm"] == pytest.approx(layers * (float(f) + float(b)), rel=1e-9)
 
 
-def test_k_equal_cp_prices_as_a2a() -> None:
-    """At ``k = c`` (refused as a plan: that is ``a2a``) the arrays estimate prices the
-    hierarchical exchange as the all-to-all alone: the ring over one rank sends nothing and
-    the core is the whole sequence's on ``a/(t·c)`` heads."""
+def test_core_is_the_rings_at_t_k_plus_the_copies() -> None:
+    """The attention core at ``(t·k, c/k)`` with the ring's grid, plus the all-to-all's HBM
+    copies, ``COPY_PASSES`` of Q/K/V and O forward, and of O once more backward."""
+    from strategies.cost import attention_time
+    from strategies.cost.hbm_rate import usable_hbm
+    job = _job(HIER + "4")
+    sc, fw, gpu = stage_costs(job), job.framework, job.cluster.gpu
+    ring_fw = replace(fw, cp_impl="ring")
+    f0, b0 = attention_time.attention_time_fwd(G17, 1, 4, 4, True, gpu, 1.0, ring_fw,
+                                               job.system)
+    hbm = usable_hbm(gpu, job.system)
+    c = cp_a2a.copy_bytes(G17, 1, 1, 16)
+    f1, b1 = attention_time.attention_time_fwd(G17, 1, 1, 16, True, gpu, 1.0, fw, job.system,
+                                               4.0)
+    assert float(sc.attn_fwd) > float(f0)
+    assert float(f1) == pytest.approx(float(f0) + c / hbm, rel=1e-12)
+    assert float(b1) == pytest.approx(
+        float(b0) + (c + cp_a2a.COPY_PASSES * cp_a2a.out_bytes(G17, 1, 1, 16)) / hbm, rel=1e-12)
+
+
+def test_waits_at_k_equal_cp_are_a2as_plus_the_outputs_resend() -> None:
+    """At ``k = c`` (refused as a plan: that is ``a2a``, another function) the arrays
+    estimate's CP seconds are ``a2a``'s plus one more all-to-all of O a backward (the ring's
+    function sends its saved output back with dO): the ring over one rank sends nothing."""
     m, cl = G17, cluster_preset("dgx-h100", 2)
     p = Plan(tp=2, cp=4, dp=2, mbs=1, gbs=4, cp_comm="a2a")
     one = PlanArrays.from_plans([p])
     hier = replace(one, cp_comm=np.array([4]), hierarchical_cp=np.array([4.0]))
     a = estimate_arrays(m, cl, "bf16", one, "megatron-core")
     h = estimate_arrays(m, cl, "bf16", hier, "megatron-core")
-    assert float(h["step_time_s"][0]) == pytest.approx(float(a["step_time_s"][0]), rel=1e-12)
-    assert float(h["cp_comm"][0]) == pytest.approx(float(a["cp_comm"][0]), rel=1e-12)
+    sc = a["stage_costs"]
+    t = cm.collective_time
+    extra = t("alltoall", 2 * sc.cp_out_bytes, 4, 2, cl) - t("alltoall", sc.cp_out_bytes, 4, 2,
+                                                             cl)
+    layers = m.num_layers * 4 / 2
+    assert float(h["cp_comm"][0]) == pytest.approx(float(a["cp_comm"][0])
+                                                   + layers * float(extra[0]), rel=1e-12)
 
 
 @pytest.mark.parametrize("spec", [HIER + "2", HIER + "8",
@@ -131,8 +158,9 @@ def test_estimate_bound_and_contention_free_simulation_agree(spec: str) -> None:
 
 def test_simulator_runs_the_alltoall_on_the_inner_groups_and_the_ring_across() -> None:
     """tp 2, cp 8, k 2 (CP group 0, 2, ..., 14): rank 0's all-to-alls run over (0, 2), its
-    ring over (0, 4, 8, 12); the all-to-alls move ``2·L·m·(Q/K/V + O)``, the ring
-    ``L·m·3`` all-gathers of ``cp_bytes`` (one forward, two backward)."""
+    ring over (0, 4, 8, 12); the all-to-alls move ``L·m·(2·Q/K/V + 3·O)`` (O, then O with dO
+    in the backward), the ring ``L·m·3`` all-gathers of ``cp_bytes`` (one forward, two
+    backward)."""
     job = _job("tp=2,cp=8,mbs=1,gbs=4,cp_comm=a2a+p2p,hierarchical_cp=2")
     p = job.plan
     assert groups(p, "cpa")[:2] == [[0, 2], [1, 3]] and groups(p, "cpr")[0] == [0, 4, 8, 12]
@@ -146,20 +174,22 @@ def test_simulator_runs_the_alltoall_on_the_inner_groups_and_the_ring_across() -
                                                          for op in ring)
     L, m = job.model.num_layers, job.num_microbatches
     assert sum(op.nbytes * op.repeat for op in a2a) == pytest.approx(
-        2 * L * m * (sc.cp_qkv_bytes + sc.cp_out_bytes), rel=1e-12)
+        L * m * (2 * sc.cp_qkv_bytes + 3 * sc.cp_out_bytes), rel=1e-12)
     assert sum(op.nbytes * op.repeat for op in ring) == pytest.approx(3 * L * m * sc.cp_bytes,
                                                                       rel=1e-12)
 
 
-def test_memory_as_a2a() -> None:
-    """The all-to-all level holds what ``a2a``'s does (its working set ``3·qkv_bytes`` in
-    "other", the kernel's own output in each layer's stash) and the ring keeps the rank's
-    ``s/c`` tokens' activations: the components equal the a2a plan's."""
-    a, h = (memory_components(_job(f"tp=1,cp=8,mbs=1,gbs=4,{c}"), 0)
-            for c in ("cp_comm=a2a", "cp_comm=a2a+p2p,hierarchical_cp=2"))
+def test_memory_the_alltoalls_buffers_only() -> None:
+    """Against the ring alone: "other" holds the all-to-all's buffers (``3·qkv_bytes``, as
+    a2a's), and nothing else moves: the ring's function saves the output it returns (no
+    head-sharded copy, unlike a2a), its Q/K/V hold the rank's bytes in another layout."""
+    h = memory_components(_job("tp=1,cp=8,mbs=1,gbs=4,cp_comm=a2a+p2p,hierarchical_cp=2"), 0)
     p = memory_components(_job("tp=1,cp=8,mbs=1,gbs=4"), 0)
-    assert h == a and h != p
-    assert h["other"].other - p["other"].other > cp_a2a.working_bytes(G17, 1, 1, 8)
+    a = memory_components(_job("tp=1,cp=8,mbs=1,gbs=4,cp_comm=a2a"), 0)
+    assert h["layers"] == p["layers"] and h["recompute"] == p["recompute"]
+    assert a["layers"].activations > p["layers"].activations
+    assert h["other"].other - p["other"].other == pytest.approx(
+        cp_a2a.working_bytes(G17, 1, 1, 8), rel=1e-12)
 
 
 @pytest.mark.parametrize("rc", ["full", "selective"])
@@ -178,8 +208,8 @@ def test_recomputed_forward_waits_again(rc: str) -> None:
     f0, b0 = waits(base)
     f1, b1 = waits(rec)
     assert rec.cp_per_layer_recompute == 1.0
-    a = float(cp_a2a.layer_waits(lambda n: cm.collective_time("alltoall", n, 4, 1, cl), rec,
-                                 16, rec.cp_qkv_bytes)[0])
+    a = sum(float(cm.collective_time("alltoall", n, 4, 1, cl))
+            for n in (rec.cp_qkv_bytes, rec.cp_out_bytes))
     ring_rerun = float(cp_ring.ring_exposed(t_ag, rec.cp_rerun_attn, rec.cp_exposed_fraction))
     assert float(f1) == pytest.approx(float(f0), rel=1e-12)
     assert float(b1) == pytest.approx(float(b0) + a + ring_rerun, rel=1e-12)

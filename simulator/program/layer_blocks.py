@@ -7,6 +7,7 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 from __future__ import annotations
 
 from simulator.program.tensor_parallel import TP_TAG
+from strategies.cost.cp_hier import BWD_OUT_TENSORS
 from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
 
@@ -152,14 +153,15 @@ class LayerBlocks:
                    start: tuple, other, attn: float) -> int:
         """Megatron-Core's a2a+p2p (``StageCosts.cp_hier``, ``cost.cp_hier``) over the layers
         ``items``: ``a2a_block``'s two all-to-alls over the all-to-all groups (``cpa``: Q/K/V,
-        ``cp_qkv_bytes``, or dO before the core, O or dQ/dK/dV after), between them the ring
+        ``cp_qkv_bytes``, or O with dO, ``cp_hier.BWD_OUT_TENSORS`` outputs, before the core,
+        O or dQ/dK/dV after), between them the ring
         over the ring groups (``cpr``, K/V of ``cp_bytes``): its share ``1 - f`` beside the
         core, ``f`` after it; the second all-to-all after the ring's last; what closes the
         block after that. Returns the core's id."""
         cs, kind = self.c, "forward" if fwd else "backward"
         nl = sum(n for n, _ in items)
         pre_b, post_b = (cs.cp_qkv_bytes, cs.cp_out_bytes) if fwd else \
-            (cs.cp_out_bytes, cs.cp_qkv_bytes)
+            (BWD_OUT_TENSORS * cs.cp_out_bytes, cs.cp_qkv_bytes)
         pre = self.coll("cp-comm", "alltoall", "cpa", pre_b, nl, "cp", f"A2A cp {label}", i, c,
                         deps=(other,) if other is not None else start)
         self.wait += [pre] if pre is not None else []

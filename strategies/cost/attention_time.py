@@ -100,8 +100,11 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
         copies = np.where(np.asarray(cp) > 1, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
         tp, cp = tp * cp, 1
     hier = fw.cp_impl == "a2a+p2p"
-    if hier:   # a2a+p2p: the all-to-all's copies, then the ring's core at (t·k, c/k) (§5.189)
-        copies = np.where(np.asarray(cp) > 1, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
+    if hier:   # a2a+p2p: the all-to-all's copies (the backward's with the output's again),
+        # then the ring's core at (t·k, c/k) (``cp_hier``, §5.189)
+        on = np.asarray(cp) > 1
+        copies = np.where(on, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
+        copies_b = copies + np.where(on, cp_hier.bwd_copy_extra(m, b, tp, cp), 0.0)
         tp, cp = cp_hier.ring_sizes(tp, cp, a2a_size)
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
@@ -167,6 +170,8 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
         on = np.asarray(cp) > 1
         fwd = fwd + np.where(on, cp_allgather.copy_bytes_fwd(m, b, tp, cp), 0.0) / hbm
         bwd = bwd + np.where(on, cp_allgather.copy_bytes_bwd(m, b, tp, cp), 0.0) / hbm
-    if a2a or hier:
+    if a2a:
         fwd, bwd = fwd + copies / hbm, bwd + copies / hbm
+    if hier:
+        fwd, bwd = fwd + copies / hbm, bwd + copies_b / hbm
     return fwd, bwd

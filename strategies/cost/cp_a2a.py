@@ -121,15 +121,14 @@ def check_heads(m: ModelSpec, tp: int, cp: int, field: str = "cp") -> None:
                         "cp_size == 0 for Q, K, V)")
 
 
-def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays", cp: Num,
-                qkv: Num = None) -> tuple[Num, Num]:
+def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays", cp: Num
+                ) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` one layer pass waits on its all-to-alls, ``t_a2a(n)``
     being one all-to-all over the CP group of ``n`` bytes sent per rank (the estimate's
     ``collective_time``, the bound's floor): Q/K/V (``sc.cp_bytes``) and O
     (``sc.cp_out_bytes``) in the forward, dO and dQ/dK/dV in the backward, all exposed, the
     backward with its recomputed forwards' (``cp_ring.with_rerun``); 0 where ``cp`` is 1.
-    ``qkv``: the Q/K/V bytes where ``sc.cp_bytes`` holds another exchange's (a2a+p2p's ring,
-    ``cp_hier``). The one form the estimate and the lower bound read."""
+    The one form the estimate and the lower bound read."""
     on = np.asarray(cp) > 1
-    t = np.where(on, t_a2a(sc.cp_bytes if qkv is None else qkv) + t_a2a(sc.cp_out_bytes), 0.0)
+    t = np.where(on, t_a2a(sc.cp_bytes) + t_a2a(sc.cp_out_bytes), 0.0)
     return t, with_rerun(sc, t, t)
