@@ -23,14 +23,11 @@ CASES = (("llama2-7b", 1, ("p2p", "a2a", "a2a+p2p:2", "a2a+p2p:4", "a2a+p2p:8"))
 
 
 def main() -> None:
-    from simulator.simulate import simulate
+    from experiments.cp_a2a_terms import step_figures
     from strategies.cost.stage import stage_costs
-    from strategies.estimate.lower_bound import step_time_lower_bound
-    from strategies.estimate.scalar import estimate
     from strategies.job import make_job
     from strategies.memory.scalar import peak_memory
     from strategies.plan import parse_plan
-    from strategies.plan_arrays import PlanArrays
     from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
 
@@ -48,12 +45,7 @@ def main() -> None:
             a2a = (float(sc.cp_bytes) if sc.cp_a2a else float(sc.cp_qkv_bytes)) \
                 + float(sc.cp_out_bytes)
             ring = 0.0 if sc.cp_a2a else float(sc.cp_bytes)
-            e = estimate(job)
-            lb = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
-                                             PlanArrays.from_plans([job.plan]),
-                                             job.framework)[0])
-            cf = simulate(job, network="contention-free").step_time_s
-            fl = simulate(job, network="flows").step_time_s
+            e, lb, cf, fl = step_figures(job)
             label = comm.replace(":", " k ")
             print(f"| {name} tp {tp} cp 16 | {label} | {a2a / 2**20:.1f} | {ring / 2**20:.1f} "
                   f"| {1e3 * float(sc.attn_fwd):.2f} / {1e3 * float(sc.attn_bwd):.2f} "
