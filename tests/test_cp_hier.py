@@ -272,8 +272,13 @@ def test_plan_round_trip_label_and_export(tmp_path) -> None:
     assert cols["cpk"].tolist() == [2] and PlanArrays.from_columns(cols).hierarchical_cp == [2]
 
 
-def test_deterministic() -> None:
-    """The same plan twice: the same floats, estimate and flows simulation."""
+def test_deterministic_and_folding_keeps_the_sub_groups() -> None:
+    """The same plan twice: the same floats, estimate and flows simulation; the folded
+    simulation (ranks standing for others only where both sub-groups map onto themselves)
+    the unfolded one's, bit for bit."""
     a, b = (_job(HIER + "4") for _ in range(2))
     assert estimate(a).step_time_s == estimate(b).step_time_s
     assert simulate(a, network="flows").step_time_s == simulate(b, network="flows").step_time_s
+    j = _job("tp=2,cp=8,mbs=1,gbs=4,cp_comm=a2a+p2p,hierarchical_cp=2")
+    assert simulate(j, network="flows").step_time_s == \
+        simulate(j, network="flows", fold=False).step_time_s
