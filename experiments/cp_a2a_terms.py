@@ -23,15 +23,23 @@ CASES = (("llama3-8b", 65536, "dgx-h100:2", "tp=1,cp=8,mbs=1,gbs=16,zero=1"),
          ("llama2-7b", 65536, "dgx-h100:2", "tp=1,cp=16,mbs=1,gbs=16,zero=1"))
 
 
-def main() -> None:
+def step_figures(job):
+    """``(estimate, lower bound s, contention-free s, flows s)`` of ``job``."""
     from simulator.simulate import simulate
-    from strategies.cost.stage import stage_costs
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.estimate.scalar import estimate
+    from strategies.plan_arrays import PlanArrays
+    lb = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                     PlanArrays.from_plans([job.plan]), job.framework)[0])
+    return (estimate(job), lb, simulate(job, network="contention-free").step_time_s,
+            simulate(job, network="flows").step_time_s)
+
+
+def main() -> None:
+    from strategies.cost.stage import stage_costs
     from strategies.job import make_job
     from strategies.memory.scalar import peak_memory
     from strategies.plan import parse_plan
-    from strategies.plan_arrays import PlanArrays
     from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
 
@@ -46,12 +54,7 @@ def main() -> None:
                            parse_plan(f"{spec},cp_comm={comm}"), framework="megatron-core")
             sc = stage_costs(job)
             moved = float(sc.cp_bytes) + float(sc.cp_out_bytes)   # a2a: Q/K/V + O sent
-            e = estimate(job)
-            lb = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
-                                             PlanArrays.from_plans([job.plan]),
-                                             job.framework)[0])
-            cf = simulate(job, network="contention-free").step_time_s
-            fl = simulate(job, network="flows").step_time_s
+            e, lb, cf, fl = step_figures(job)
             print(f"{spec:44s} {comm:10s} {moved / 2**20:9.1f} "
                   f"{1e3 * float(sc.attn_fwd):7.2f}/{1e3 * float(sc.attn_bwd):7.2f} "
                   f"{e.breakdown_s['cp_comm']:7.3f} {e.step_time_s:8.3f} {lb:8.3f} {cf:8.3f} "

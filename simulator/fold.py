@@ -127,11 +127,11 @@ def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
 
 def _maps_groups(job: Job, perm: np.ndarray) -> bool:
     """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?"""
-    for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep"):
+    for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr"):
         groups = np.asarray(placement.groups(job.plan, dim))
         if groups.shape[1] == 1:
             continue
-        as_set = dim == "ep"
+        as_set = dim in ("ep", "cpa")       # all-to-alls: any order
         if _canonical(perm[groups], as_set) != _canonical(groups, as_set):
             return False
     return True

@@ -217,6 +217,8 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         raise SpecError("cp", plan.cp, f"2*cp must divide seq_len={s} (load-balanced ring attention)")
     if plan.cp_comm == "a2a":   # heads scattered over the CP group (cost.cp_a2a, §5.185)
         check_heads(model, plan.tp, plan.cp)
+    if plan.cp_comm == "a2a+p2p":   # ... over the all-to-all's k ranks (cost.cp_hier, §5.189)
+        check_heads(model, plan.tp, plan.hierarchical_cp, "hierarchical_cp")
     if plan.sp and s % (plan.tp * plan.cp):
         raise SpecError("sp", True, f"sequence parallelism needs tp*cp={plan.tp * plan.cp} "
                         f"to divide seq_len={s}")

@@ -60,6 +60,9 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
          f"--context-parallel-size {p.cp}"]
     if p.cp > 1 and p.cp_comm is not None:      # default p2p (arguments.py --cp-comm-type)
         a.append(f"--cp-comm-type {p.cp_comm}")
+        if p.hierarchical_cp is not None:   # a2a+p2p's levels (arguments.py L580-585)
+            a.append(f"--hierarchical-context-parallel-sizes {p.hierarchical_cp} "
+                     f"{p.cp // p.hierarchical_cp}")
     a += _uneven_megatron_args(job)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")

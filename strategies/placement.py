@@ -40,7 +40,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 
 DIMS = ("tp", "cp", "dp", "pp")
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dpcp", "dprep")
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")
 DEFAULT_ORDER = "tp-cp-dp-pp"
 
 
@@ -116,6 +116,8 @@ def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
     (its inter-instance group, one for dense and expert parameters)."""
     if dim not in GROUP_DIMS:
         raise SpecError("dim", dim, f"must be one of {', '.join(GROUP_DIMS)}")
+    if dim in ("cpa", "cpr"):
+        return cp_level_groups(plan, dim, order)
     grid, dims = _grid(plan, order)
     if dim in ("ep", "etp", "edp"):
         return _expert_groups(plan, grid, dims, dim, order)
@@ -133,6 +135,20 @@ def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
         return sorted(arr.tolist())
     rows = np.moveaxis(grid, dims.index(dim), -1).reshape(-1, grid.shape[dims.index(dim)])
     return sorted(rows.tolist())
+
+
+def cp_level_groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
+    """Megatron-Core's two levels of hierarchical context parallelism (``cp_comm=a2a+p2p``,
+    ``parallel_state.create_hierarchical_groups`` @d98e8a6 L378-437, sizes ``(k, cp/k)``):
+    ``cpa``, the all-to-all groups, ``k = plan.hierarchical_cp`` consecutive members of each
+    CP group; ``cpr``, the ring groups, its members ``k`` apart. Without ``hierarchical_cp``
+    ``cpa`` is each rank alone and ``cpr`` the CP group (the ring alone)."""
+    k = plan.hierarchical_cp or 1
+    out = []
+    for g in groups(plan, "cp", order):
+        cut = np.asarray(g).reshape(plan.cp // k, k)     # (ring position, all-to-all position)
+        out += (cut if dim == "cpa" else cut.T).tolist()
+    return sorted(out)
 
 
 def expert_sizes(plan: Plan) -> tuple[int, int, int]:

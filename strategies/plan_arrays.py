@@ -42,7 +42,7 @@ OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc", "fl", "mgs")
 _FLOAT = ("tp", "pp", "dp", "dp_shard", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
           "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
           "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most",
-          "layout_mid_most", "flushes", "microbatch_group_size")
+          "layout_mid_most", "flushes", "microbatch_group_size", "hierarchical_cp")
 #: ``PlanArrays`` fields read from a plan's layout string (``layout.layout_string_extremes``;
 #: NaN: none), in its order
 LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
@@ -122,6 +122,9 @@ class PlanArrays:
     # 0 the stack's own, then 1 + the index in ``plan.choices.CP_COMMS`` (the stack rules' codes);
     # the stage costs price one exchange per call (``stacks.variants.arrays_stack``)
     cp_comm: np.ndarray = 0
+    # a2a+p2p's all-to-all group size (plan ``hierarchical_cp``; short column ``cpk``,
+    # optional; 1: none, the ring alone)
+    hierarchical_cp: np.ndarray = 1.0
 
     def __post_init__(self) -> None:
         if self.dp_shard is None:
@@ -192,6 +195,8 @@ class PlanArrays:
             extra["dp_shard"] = cols["dps"]
         if "cpc" in cols:
             extra["cp_comm"] = cols["cpc"]
+        if "cpk" in cols:
+            extra["hierarchical_cp"] = cols["cpk"]
         return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols},
                    **extra)
 
@@ -205,6 +210,8 @@ class PlanArrays:
                 for name, short in (*SHORT.items(), ("etp", "etp"))}
         if np.any(self.cp_comm):
             cols["cpc"] = (self.cp_comm + np.zeros(n)).astype(np.int64)
+        if np.any(self.hierarchical_cp != 1):
+            cols["cpk"] = (self.hierarchical_cp + np.zeros(n)).astype(np.int64)
         return cols
 
 
@@ -224,6 +231,8 @@ def value_code(name: str, v: Any) -> Any:
         return ROUTINGS.index(v)
     if name == "cp_comm":
         return 0 if v is None else 1 + CP_COMMS.index(v)
+    if name == "hierarchical_cp":
+        return 1 if v is None else v
     return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
                                        "last_stage_layers", "microbatch_group_size") else v
 

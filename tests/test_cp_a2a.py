@@ -225,20 +225,20 @@ def test_search_with_a2a_fixed_keeps_only_divisible_plans() -> None:
 def test_stacks_that_run_it() -> None:
     """Megatron-Core and the stacks built on it run a2a (from Transformer Engine 1.11 where
     the stack states a release); torchtitan (PyTorch's own ring) refuses it naming stack,
-    feature and rule; a2a+p2p is refused with its own message."""
+    feature and rule; a2a+p2p without its inner size is refused with its own message."""
     for name in ("megatron-core", "nemo"):
         assert "a2a" in get_profile(name).cp_comms
     assert _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a", framework="nemo").framework.cp_impl == "a2a"
     with pytest.raises(SpecError, match=r"cp_comm='a2a': torchtitan runs context parallelism "
                                         r"only its own way"):
         _job("tp=2,cp=4,mbs=1,gbs=4,zero=3,cp_comm=a2a", framework="torchtitan")
-    with pytest.raises(SpecError, match=r"cp_comm='a2a\+p2p': .*hierarchical_context_parallel"):
+    with pytest.raises(SpecError, match=r"cp_comm='a2a\+p2p': .*hierarchical-context-parallel"):
         parse_plan("cp=4,cp_comm=a2a+p2p")
     # a stack stating a Transformer Engine before 1.11 (no AttnFuncWithCPAndQKVOA2A)
     assert cp_a2a.TE_FIRST == (1, 11)
     old = replace(get_profile("megatron-core"), te_version=(1, 10))
-    with pytest.raises(SpecError, match=r"runs cp_comm p2p, all_gather .*a2a needs Transformer "
-                                        r"Engine >= 1.11, it states 1.10"):
+    with pytest.raises(SpecError, match=r"runs cp_comm p2p, all_gather .*; a2a needs "
+                                        r"Transformer Engine >= 1.11, it states 1.10"):
         _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a", framework=old)
     new = replace(old, te_version=(1, 11))
     assert _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a", framework=new).framework.cp_impl == "a2a"

@@ -143,10 +143,10 @@ def test_plan_syntax_and_file_round_trip(tmp_path) -> None:
     back, _ = read_plan_file(str(path))
     assert back == p
     assert plan_from_mapping({"cp": 2, "cp_comm": None}).cp_comm is None
-    with pytest.raises(SpecError, match=r"cp_comm='a2a\+p2p': Megatron-Core's hierarchical"):
+    with pytest.raises(SpecError, match=r"cp_comm='a2a\+p2p': a2a\+p2p needs hierarchical_cp"):
         parse_plan("cp=2,cp_comm=a2a+p2p")
     with pytest.raises(SpecError, match=r"cp_comm='ulysses': must be one of p2p, all_gather, "
-                                        r"a2a"):
+                                        r"a2a, a2a\+p2p"):
         parse_plan("cp=2,cp_comm=ulysses")
     with pytest.raises(SpecError, match="cp_comm"):
         plan_from_mapping({"cp": 2, "cp_comm": 3})

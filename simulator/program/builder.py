@@ -83,7 +83,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # copy), as ZeRO-3's per-layer share and the forward window count them
         self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
         self.group = {d: layout.group(d, rank)
-                      for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "pp")}
+                      for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "pp",
+                                "cpa", "cpr")}
         # the tied embedding's gradient group: the first stage and the LM head's
         head = head_rank(p.schedule, p.pp, p.vpp)
         ends = (self.group["pp"][0], self.group["pp"][head])

@@ -46,7 +46,7 @@ class Layout:
         self.per_stage = plan.tp * plan.cp * plan.dp
         n = placement.world_size(plan)
         self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
-        for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "pp"):
+        for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "pp", "cpa", "cpr"):
             groups = placement.groups(plan, dim)
             index = np.empty(n, dtype=np.int64)
             for gi, g in enumerate(groups):
@@ -165,7 +165,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     ``compile_job``) keeps them by template op and group."""
     t = template.rank
     groups = {layout.group(d, t): layout.group(d, rank)
-              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep")}
+              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
     moved_group: dict[int, tuple] = {}   # id of a template group (the template holds it) -> g

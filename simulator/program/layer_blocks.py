@@ -7,6 +7,7 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 from __future__ import annotations
 
 from simulator.program.tensor_parallel import TP_TAG
+from strategies.cost.cp_hier import BWD_OUT_TENSORS
 from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
 
@@ -95,6 +96,8 @@ class LayerBlocks:
             other = self.compute(secs - attn, kind, label, i, c)
             if cs.cp_a2a:
                 return self.a2a_block(fwd, items, label, i, c, start, other, attn)
+            if cs.cp_hier:
+                return self.hier_block(fwd, items, label, i, c, start, other, attn)
             if cs.cp_exposed_fraction >= 1:     # all-gather CP: K/V gathered before the
                 # attention core (forward and backward), dK/dV reduce-scattered after it
                 pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
@@ -146,6 +149,34 @@ class LayerBlocks:
         self._close_block(fwd, items, label, i, c, start, main, ring=tail)
         return main
 
+    def hier_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
+                   start: tuple, other, attn: float) -> int:
+        """Megatron-Core's a2a+p2p (``StageCosts.cp_hier``, ``cost.cp_hier``) over the layers
+        ``items``: ``a2a_block``'s two all-to-alls over the all-to-all groups (``cpa``: Q/K/V,
+        ``cp_qkv_bytes``, or O with dO, ``cp_hier.BWD_OUT_TENSORS`` outputs, before the core,
+        O or dQ/dK/dV after), between them the ring
+        over the ring groups (``cpr``, K/V of ``cp_bytes``): its share ``1 - f`` beside the
+        core, ``f`` after it; the second all-to-all after the ring's last; what closes the
+        block after that. Returns the core's id."""
+        cs, kind = self.c, "forward" if fwd else "backward"
+        nl = sum(n for n, _ in items)
+        pre_b, post_b = (cs.cp_qkv_bytes, cs.cp_out_bytes) if fwd else \
+            (BWD_OUT_TENSORS * cs.cp_out_bytes, cs.cp_qkv_bytes)
+        pre = self.coll("cp-comm", "alltoall", "cpa", pre_b, nl, "cp", f"A2A cp {label}", i, c,
+                        deps=(other,) if other is not None else start)
+        self.wait += [pre] if pre is not None else []
+        vol, f = nl * PASS_VOLUME[fwd], cs.cp_exposed_fraction
+        self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
+                  f"CP {label}", i, c, deps=(pre,) if pre is not None else start)
+        main = self.compute(attn, kind, label, i, c, force=True)
+        ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
+                         f"CP {label}", i, c, deps=(main,))
+        tail = self.coll("cp-comm", "alltoall", "cpa", post_b, nl, "cp", f"A2A cp {label}", i,
+                         c, deps=(ring,) if ring is not None else (main,))
+        self.wait += [tail] if tail is not None else []
+        self._close_block(fwd, items, label, i, c, start, main, ring=tail)
+        return main
+
     def cp_rerun(self, n: float, label: str, i: int, c: int, start: tuple, rc: int | None
                  ) -> int | None:
         """The context-parallel exchange of ``n`` recomputed attention forwards
@@ -162,6 +193,17 @@ class LayerBlocks:
                             f"A2A cp rc {label}", i, c, deps=after)
             tail = self.coll("cp-comm", "alltoall", "cp", cs.cp_out_bytes, n, "cp",
                              f"A2A cp rc {label}", i, c, deps=(pre,))
+        elif cs.cp_hier:    # a2a+p2p: Q/K/V over cpa, the ring over cpr, O over cpa (§5.189)
+            vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
+            pre = self.coll("cp-comm", "alltoall", "cpa", cs.cp_qkv_bytes, n, "cp",
+                            f"A2A cp rc {label}", i, c, deps=after)
+            self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
+                      f"CP rc {label}", i, c, deps=start)
+            ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
+                             f"CP rc {label}", i, c, deps=(pre,) if pre is not None else after)
+            tail = self.coll("cp-comm", "alltoall", "cpa", cs.cp_out_bytes, n, "cp",
+                             f"A2A cp rc {label}", i, c, deps=(ring,) if ring is not None
+                             else after)
         else:
             vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
             self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",

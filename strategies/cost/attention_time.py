@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import attention_counts, attention_fa1, attention_grid, cp_allgather, dsv4_cost
-from strategies.cost import cp_a2a
+from strategies.cost import cp_a2a, cp_hier
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -73,7 +73,8 @@ def _measured_window(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, slow: Num
 
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
                        slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
-                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                       system: SystemConfig = DEFAULT_SYSTEM, a2a_size: Num = 1.0
+                       ) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
     compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
     runs, ``GPU.flash_efficiency``; on a chip whose special-function units run exponentials
@@ -87,7 +88,8 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
 ``attention_grid.allgather_factor``, and its reorders and accumulations,
 ``cp_allgather.copy_bytes_fwd``/``_bwd``; with its all-to-all context parallelism the
 core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
-``cp_a2a.copy_bytes``; the
+``cp_a2a.copy_bytes``, and with Megatron-Core's ``a2a+p2p`` the ring's core at
+``cp_hier.ring_sizes`` (``a2a_size``: the plan's ``hierarchical_cp``) plus the same copies; the
     sliding-window layers of a shape cuDNN times on the chip at its measured rate,
     ``window_kernel``, ``_measured_window``; for DeepSeek-V4 the indexer's and its loss's
     kernels in the forward, ``dsv4_cost.dsa_time_fwd``, and the sparse core's backward at
@@ -97,6 +99,13 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
         # the exchange's reorders (``cp_a2a``, §5.185)
         copies = np.where(np.asarray(cp) > 1, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
         tp, cp = tp * cp, 1
+    hier = fw.cp_impl == "a2a+p2p"
+    if hier:   # a2a+p2p: the all-to-all's copies (the backward's with the output's again),
+        # then the ring's core at (t·k, c/k) (``cp_hier``, §5.189)
+        on = np.asarray(cp) > 1
+        copies = np.where(on, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
+        copies_b = copies + np.where(on, cp_hier.bwd_copy_extra(m, b, tp, cp), 0.0)
+        tp, cp = cp_hier.ring_sizes(tp, cp, a2a_size)
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -163,4 +172,6 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
         bwd = bwd + np.where(on, cp_allgather.copy_bytes_bwd(m, b, tp, cp), 0.0) / hbm
     if a2a:
         fwd, bwd = fwd + copies / hbm, bwd + copies / hbm
+    if hier:
+        fwd, bwd = fwd + copies / hbm, bwd + copies_b / hbm
     return fwd, bwd

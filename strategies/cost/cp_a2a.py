@@ -109,11 +109,13 @@ def heads_ok(m: ModelSpec, tp: Num, cp: Num) -> Num:
                                     & (sent_kv_heads(m) % tc == 0))
 
 
-def check_heads(m: ModelSpec, tp: int, cp: int) -> None:
-    """``SpecError`` (field ``cp``) where ``heads_ok`` fails."""
+def check_heads(m: ModelSpec, tp: int, cp: int, field: str = "cp") -> None:
+    """``SpecError`` (field ``field``: ``cp``, or ``hierarchical_cp`` for a2a+p2p's
+    all-to-all group) where ``heads_ok`` fails."""
     if not bool(heads_ok(m, tp, cp)):
-        raise SpecError("cp", cp, f"cp_comm=a2a scatters attention heads over the CP group: "
-                        f"cp must divide the rank's query heads num_attention_heads/tp="
+        raise SpecError(field, cp, f"cp_comm=a2a scatters attention heads over its all-to-all "
+                        f"group: {field} must divide the rank's query heads "
+                        f"num_attention_heads/tp="
                         f"{m.num_attention_heads}/{tp} and KV heads {sent_kv_heads(m)}/{tp} "
                         "(Transformer Engine's AttnFuncWithCPAndQKVOA2A asserts num_heads % "
                         "cp_size == 0 for Q, K, V)")

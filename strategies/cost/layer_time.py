@@ -206,7 +206,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
                dedup: Num = 1.0, graphed: Num = False, gathered: Num = False,
-               tp_pairs: Num = 2.0, pad: Num = False) -> LayerTime:
+               tp_pairs: Num = 2.0, pad: Num = False, a2a_size: Num = 1.0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -245,7 +245,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # a stack's separate Q/K/V and gate/up linears beyond the fused GEMMs priced above
     s_f, s_b, s_w = split_projection_time(m, b, tp, cp, tpo, gpu, dtype, fw, system, slow)
     g_f, g_b, g_w = g_f + s_f, g_b + s_b, g_w + s_w
-    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
+    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system, a2a_size)
     a_core = a_f          # what a selective recomputation of the attention core redoes
     if m.is_hybrid and m.mamba_share:   # the Mamba-2 mixers' SSD scans, beside the attention
         m_f, m_b = mamba_scan_time(m, b, tp, cp, gpu, usable_hbm(gpu, system))

@@ -131,6 +131,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_a2a``) or the one a plan
     # names (``PlanArrays.cp_comm``)
     a2a = np.where(P.cp_comm == 0, cp_a2a, P.cp_comm == 1 + CP_COMMS.index("a2a"))
+    # a2a+p2p (§5.189): its all-to-all's buffers, not a2a's saved head-sharded output
+    # (``cost.cp_hier``: the ring's function saves the output it returns)
+    hier = P.cp_comm == 1 + CP_COMMS.index("a2a+p2p")
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
@@ -237,8 +240,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     if np.any(gather):
         other = other + np.where(gather & (cp > 1), cp_allgather.working_bytes(m, b, tp, cp), 0.0)
     # the all-to-all attention's send and receive buffers (§5.185)
-    if np.any(a2a):
-        other = other + np.where(a2a & (cp > 1), a2a_working_bytes(m, b, tp, cp), 0.0)
+    if np.any(a2a) or np.any(hier):
+        other = other + np.where((a2a | hier) & (cp > 1), a2a_working_bytes(m, b, tp, cp), 0.0)
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)

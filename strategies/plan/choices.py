@@ -22,16 +22,15 @@ ROUTINGS = ("random", "contiguous")
 #: Llama 3's CP, Dubey et al. 2024 §3.3.2), or ``a2a``, DeepSpeed-Ulysses' head scatter: Q, K,
 #: V all-to-all'd to whole-sequence head shards before the attention and the output back after
 #: it, exposed (``AttnFuncWithCPAndQKVOA2A``, Transformer Engine >= 1.11;
-#: ``strategies.cost.cp_a2a``). Megatron-Core's hierarchical ``a2a+p2p`` is refused
-#: (``CP_COMMS_REFUSED``). Codes in the stack rules: 0 the stack's own, then 1 + the index.
-#: The ``FrameworkProfile.cp_impl`` each runs as: ``CP_IMPL_OF``
-CP_COMMS = ("p2p", "all_gather", "a2a")
-CP_IMPL_OF = {"p2p": "ring", "all_gather": "allgather", "a2a": "a2a"}
-#: Megatron-Core ``cp_comm_type`` values a plan cannot name, and why
-CP_COMMS_REFUSED = {
-    "a2a+p2p": "Megatron-Core's hierarchical a2a+p2p (all-to-all inside the "
-               "hierarchical_context_parallel_sizes sub-groups, the K/V ring across them) is "
-               "not modelled: the plan has no inner size; use a2a or p2p"}
+#: ``strategies.cost.cp_a2a``), or Megatron-Core's hierarchical ``a2a+p2p``: the all-to-all
+#: inside groups of ``hierarchical_cp`` consecutive CP ranks, then the ring across them
+#: (Transformer Engine >= 1.12; ``strategies.cost.cp_hier``). Codes in the stack rules: 0 the
+#: stack's own, then 1 + the index. The ``FrameworkProfile.cp_impl`` each runs as:
+#: ``CP_IMPL_OF``
+CP_COMMS = ("p2p", "all_gather", "a2a", "a2a+p2p")
+CP_IMPL_OF = {"p2p": "ring", "all_gather": "allgather", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
+#: Megatron-Core ``cp_comm_type`` values a plan cannot name, and why (none now)
+CP_COMMS_REFUSED: dict[str, str] = {}
 
 #: The routing imbalance a plan that names none gets (the hottest expert-parallel rank's
 #: routed-token load over the mean, ``moe_imbalance``): NaN, "by the rule", which

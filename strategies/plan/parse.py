@@ -101,7 +101,7 @@ def coerce(key: str, value: Any) -> Any:
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
     if value is None and key in {"dp", "dp_shard", "gbs", "microbatch_group_size", "etp",
-                                 "recompute_layers", "cp_comm",
+                                 "recompute_layers", "cp_comm", "hierarchical_cp",
                                  "recompute_method"} | _FLOATS:
         return None
     if key in _FLOATS:

@@ -69,8 +69,12 @@ class Plan:
     fp8_attention: bool = False
     # how context parallelism exchanges K/V (one of CP_COMMS; None: the stack's own,
     # FrameworkProfile.cp_impl). Megatron-Core's --cp-comm-type; docs/calibration.md §5.134,
-    # §5.185 (a2a)
+    # §5.185 (a2a), §5.189 (a2a+p2p)
     cp_comm: str | None = None
+    # with cp_comm=a2a+p2p: the all-to-all's group size, the first entry of Megatron-Core's
+    # --hierarchical-context-parallel-sizes (k, cp/k): k consecutive CP ranks all-to-all
+    # their heads, the ring runs across the cp/k groups (strategies.cost.cp_hier, §5.189)
+    hierarchical_cp: int | None = None
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -109,6 +113,7 @@ class Plan:
         if self.cp_comm is not None and self.cp_comm not in CP_COMMS:
             raise SpecError("cp_comm", self.cp_comm, f"must be one of {', '.join(CP_COMMS)} "
                             "(Megatron-Core's cp_comm_type)")
+        check_hierarchical_cp(self)
         if self.moe_routing not in ROUTINGS:
             raise SpecError("moe_routing", self.moe_routing,
                             f"must be one of {', '.join(ROUTINGS)}")
@@ -171,7 +176,8 @@ class Plan:
         """A compact human label, e.g. ``tp8 pp8 dp16 mbs1 1f1b sel sp z1``."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
-            parts.append(f"cp{self.cp}" + {"all_gather": ":ag", "p2p": ":p2p", "a2a": ":a2a"}.get(
+            parts.append(f"cp{self.cp}" + {"all_gather": ":ag", "p2p": ":p2p", "a2a": ":a2a",
+                                           "a2a+p2p": f":a2a{self.hierarchical_cp}+p2p"}.get(
                 self.cp_comm or "", ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
@@ -226,6 +232,29 @@ class Plan:
 BOOL_FIELDS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap", "delay_wgrad", "cuda_graph", "fp8_attention", "account_embedding",
           "account_loss", "moe_pad_to_capacity"}
+
+
+def check_hierarchical_cp(p: "Plan") -> None:
+    """``hierarchical_cp`` (Megatron-Core's ``--hierarchical-context-parallel-sizes k cp/k``,
+    whose product ``training/arguments.py`` asserts is ``cp``, and which ``a2a+p2p``
+    requires): given exactly with ``cp_comm=a2a+p2p``, an integer ``1 < k < cp`` dividing
+    ``cp`` (``k = cp`` is ``a2a``, ``k = 1`` ``p2p``). ``SpecError`` naming the field."""
+    k = p.hierarchical_cp
+    if p.cp_comm != "a2a+p2p":
+        if k is not None:
+            raise SpecError("hierarchical_cp", k, "is the all-to-all size of cp_comm=a2a+p2p "
+                            f"(Megatron-Core's --hierarchical-context-parallel-sizes); the "
+                            f"plan's cp_comm is {p.cp_comm}")
+        return
+    if k is None:
+        raise SpecError("cp_comm", p.cp_comm, "a2a+p2p needs hierarchical_cp, the all-to-all "
+                        "group size (Megatron-Core requires --hierarchical-context-parallel-"
+                        "sizes with --cp-comm-type a2a+p2p)")
+    check_int("hierarchical_cp", k, 1, int_limit("hierarchical_cp"))
+    if not 1 < k < p.cp or p.cp % k:
+        raise SpecError("hierarchical_cp", k, f"must divide cp={p.cp} and lie strictly between "
+                        f"1 and cp (the sizes (k, cp/k) multiply to cp; k=cp is cp_comm=a2a, "
+                        f"k=1 is p2p)")
 
 
 def _pos_int(name: str, v: Any) -> None:

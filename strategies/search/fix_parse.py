@@ -61,6 +61,10 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
             out[key] = value in ("true", "1", "on", "yes")
+        elif key == "cp_comm" and value == "a2a+p2p":   # §5.189
+            raise SpecError("--fix", item, "the search has no hierarchical_cp axis (the "
+                            "all-to-all size a2a+p2p needs): price an a2a+p2p plan with "
+                            "estimate --plan cp_comm=a2a+p2p,hierarchical_cp=K")
         elif key in SWITCH_KEYS:
             out[key] = _fix_switch(key, value)
         else:

@@ -104,8 +104,9 @@ MEGATRON_CORE = FrameworkProfile(
     hybrid_zero=(1, 3), hybrid_ep=True,
     # --cp-comm-type p2p (default) | all_gather | a2a (transformer_config.py cp_comm_type
     # L1030, d98e8a6; a2a: Transformer Engine's AttnFuncWithCPAndQKVOA2A, from TE v1.11,
-    # NVIDIA/TransformerEngine#1160; a2a+p2p not modelled): docs/calibration.md §5.134, §5.185
-    cp_comms=("p2p", "all_gather", "a2a"),
+    # NVIDIA/TransformerEngine#1160; a2a+p2p: --hierarchical-context-parallel-sizes, TE >= 1.12):
+    # docs/calibration.md §5.134, §5.185, §5.189
+    cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,

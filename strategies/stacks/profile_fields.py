@@ -33,8 +33,10 @@ DGRAD_OVERLAPS = ("all", "sp", "none")
 MLA_DOWN_PROJS = ("replicated", "column")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel, Transformer Engine's
-#: QKV/O all-to-all (``cp_comm_type="a2a"``, DeepSpeed-Ulysses' head scatter)
-CP_IMPLS = ("ring", "allgather", "torch", "a2a")
+#: QKV/O all-to-all (``cp_comm_type="a2a"``, DeepSpeed-Ulysses' head scatter), and both at two
+#: levels (``"a2a+p2p"``: the all-to-all over the plan's ``hierarchical_cp`` consecutive CP
+#: ranks, the ring across them; a plan naming no inner size runs it at 1, the ring)
+CP_IMPLS = ("ring", "allgather", "torch", "a2a", "a2a+p2p")
 #: ``FrameworkProfile.qkv_split``: no fused QKV split modelled, ``torch.split``, Megatron-Core's
 #: with Transformer Engine (``strategies.cost.qkv_split``)
 QKV_SPLITS = ("", "torch", "te")

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.cost.cp_a2a import TE_FIRST as A2A_TE_FIRST
+from strategies.cost.cp_hier import TE_FIRST as HIER_TE_FIRST
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DISPATCHERS
@@ -141,12 +142,14 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     cpc = getattr(v, "cp_comm", 0)      # PlanArrays: none, the stack's own exchange
     # a2a from Transformer Engine 1.11 on (``cost.cp_a2a.TE_FIRST``), where the stack states one
-    old_te = fw.te_version is not None and tuple(fw.te_version) < A2A_TE_FIRST
-    comms = [c for c in fw.cp_comms if not (c == "a2a" and old_te)]
+    # and a2a+p2p from 1.12 on (``cost.cp_hier.TE_FIRST``, §5.189)
+    te = tuple(fw.te_version) if fw.te_version is not None else None
+    first = {"a2a": A2A_TE_FIRST, "a2a+p2p": HIER_TE_FIRST}
+    old = [c for c in fw.cp_comms if c in first and te is not None and te < first[c]]
+    comms = [c for c in fw.cp_comms if c not in old]
     runs = [0] + [1 + CP_COMMS.index(c) for c in comms]
-    why_a2a = (f"; a2a needs Transformer Engine >= {A2A_TE_FIRST[0]}.{A2A_TE_FIRST[1]}, "
-               f"it states {fw.te_version[0]}.{fw.te_version[1]}"
-               if old_te and "a2a" in fw.cp_comms else "")
+    why_a2a = "".join(f"; {c} needs Transformer Engine >= {first[c][0]}.{first[c][1]}, "
+                      f"it states {te[0]}.{te[1]}" for c in old)
     rules.append(("cp_comm", cpc, np.isin(cpc, runs),
                   lambda: who + (f"runs cp_comm {', '.join(comms)} (Megatron-Core's "
                                  f"--cp-comm-type{why_a2a})" if fw.cp_comms else

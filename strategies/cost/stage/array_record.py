@@ -128,6 +128,12 @@ class StageCostArrays:
     # it (cp_bytes then the Q/K/V all-to-all's bytes); the output's all-to-all's bytes
     cp_a2a: bool = False
     cp_out_bytes: np.ndarray = 0.0
+    # Megatron-Core's a2a+p2p (§5.189, ``cost.cp_hier``): cp_hier says the stack runs it
+    # (cp_bytes then the ring's K/V at (t·k, c/k), cp_out_bytes the O all-to-all's); the
+    # Q/K/V all-to-all's bytes; the all-to-all's group size k (the plan's hierarchical_cp)
+    cp_hier: bool = False
+    cp_qkv_bytes: np.ndarray = 0.0
+    cp_a2a_size: np.ndarray = 1.0
     # attention forwards per layer whose CP exchange recomputation reruns
     # (``recompute.cp_reruns``, §5.187): the waits' rules add that many forward waits
     cp_per_layer_recompute: np.ndarray = 0.0

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import async_tp, attention_time, comm_bytes, embedding_head_time, ep_dispatch
-from strategies.cost import cp_a2a, gemm_time, param_counts, quantise
+from strategies.cost import cp_a2a, cp_hier, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import tp_ends
@@ -51,7 +51,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                     ep, m.num_shared_experts, m.blocks_per_layer)
     lt = layer_times(m, si)
     md_f, md_b = blocking_small(m, si)
-    a_f, a_b = attention_time.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
+    a_f, a_b = attention_time.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy,
+                                                 P.hierarchical_cp)
     g_f = slow * gemm_time.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
     head_f, head_b, head_w = embedding_head_time.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw,
                                                                     slow, shard_acc, sy)
@@ -92,7 +93,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_overlap_fwd_exposed=ex_f, tp_overlap_bwd_exposed=ex_b,
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
-        cp_a2a=fw.cp_impl == "a2a", cp_per_layer_recompute=full(cp_rc),
+        cp_a2a=fw.cp_impl == "a2a", cp_hier=fw.cp_impl == "a2a+p2p",
+        cp_per_layer_recompute=full(cp_rc),
         cp_rerun_attn=full(rcp.cp_rerun_window(rc, a_f, flash, fw.recompute_flash_fwd)),
         **zero3_fields(si),
         copy_gap=float(fw.launch_gap_s), copy_rate=float(usable_hbm(gpu, sy)),
@@ -115,6 +117,13 @@ def comm_fields(si: StageInputs, n_tp: Any) -> dict[str, Any]:
     a2a = fw.cp_impl == "a2a"   # TE's all-to-all: Q/K/V, then O (cost.cp_a2a, §5.185)
     if a2a:
         cp_buf = cp_a2a.qkv_bytes(m, b, tp, cp)
+    # Megatron-Core's a2a+p2p (cost.cp_hier, §5.189): the ring's K/V at (t·k, c/k), and the
+    # all-to-all's Q/K/V and O as a2a's
+    hier = fw.cp_impl == "a2a+p2p"
+    k = P.hierarchical_cp if hier else 1.0
+    if hier:
+        cp_buf = comm_bytes.cp_gather_bytes(m, b, *cp_hier.ring_sizes(tp, cp, k),
+                                            fw.cp_kv_heads)
     p2p = comm_bytes.pp_p2p_bytes(m, b, tp, cp, sp)
     ag_w = quantise.tp_allgather_bytes_factor(dtype, sp)   # an all-gather's bytes over bf16
     return dict(
@@ -134,8 +143,11 @@ def comm_fields(si: StageInputs, n_tp: Any) -> dict[str, Any]:
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        cp_out_bytes=np.where(cp > 1, cp_a2a.out_bytes(m, b, tp, cp) if a2a else 0.0, 0.0)
+        cp_out_bytes=np.where(cp > 1, cp_a2a.out_bytes(m, b, tp, cp) if a2a or hier else 0.0,
+                              0.0) + zeros,
+        cp_qkv_bytes=np.where(cp > 1, cp_a2a.qkv_bytes(m, b, tp, cp) if hier else 0.0, 0.0)
         + zeros,
+        cp_a2a_size=k + zeros,
         ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
                           * dedup_bytes, 0.0) + zeros,
         etp_bytes=np.where((etp > 1) & (ep > 1), ep_dispatch.etp_bytes_fwd(m, b, tp, cp, ep, etp,

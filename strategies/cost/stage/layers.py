@@ -43,7 +43,7 @@ def layer_times(mk: ModelSpec, si: StageInputs) -> Any:
     return layer_time.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash,
                                  recompute=rc, gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=si.slow,
                                  shard=si.shard_acc, system=sy, etp=etp, load=si.load,
-                                 modules=P.recompute_modules,
+                                 modules=P.recompute_modules, a2a_size=P.hierarchical_cp,
                                  dispatcher=P.moe_dispatcher, dedup=si.dedup_bytes,
                                  graphed=P.cuda_graph, gathered=(zero == 3) & (si.copies > 1),
                                  tp_pairs=tp_collectives_per_layer(
@@ -72,7 +72,8 @@ def kind_arrays(mk: ModelSpec, si: StageInputs) -> KindCostArrays:
     tp, cp, ep, b = P.tp, P.cp, P.ep, P.mbs
     flash, etp, share, cap = P.flash_attn, P.etp, si.share, si.cap
     ltk = layer_times(mk, si)
-    ak_f, ak_b = attention_time.attention_time_fwd(mk, b, tp, cp, flash, gpu, si.slow, fw, sy)
+    ak_f, ak_b = attention_time.attention_time_fwd(mk, b, tp, cp, flash, gpu, si.slow, fw, sy,
+                                                   P.hierarchical_cp)
     dense_p, expert_p = param_counts.layer_params_split(mk, tp, ep, etp)
     mk_f, mk_b = blocking_small(mk, si)
     return KindCostArrays(

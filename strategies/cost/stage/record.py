@@ -95,6 +95,9 @@ class StageCosts:
     cp_torch: bool = False
     cp_a2a: bool = False                # TE's all-to-all CP (StageCostArrays)
     cp_out_bytes: float = 0.0
+    cp_hier: bool = False               # Megatron-Core's a2a+p2p (StageCostArrays)
+    cp_qkv_bytes: float = 0.0
+    cp_a2a_size: float = 1.0
     cp_per_layer_recompute: float = 0.0  # CP exchanges the recomputation reruns (StageCostArrays)
     cp_rerun_attn: float = 0.0          # the attention core beside each (StageCostArrays)
     tp_overlap_fwd_exposed: float = 0.0  # StageCostArrays.tp_overlap_fwd_exposed

@@ -8,6 +8,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
+from strategies.cost.cp_hier import layer_waits as hier_layer_waits
+from strategies.cost.cp_hier import ring_sizes
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_saved,
                                    dgrad_reduce_hidden, down_reduce_hidden,
@@ -44,6 +46,12 @@ def block_comm(cl: Cluster, sc: StageCostArrays, tp: ArrayLike, cp: ArrayLike, e
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one all-gather
     cp_f, cp_b = a2a_layer_waits(lambda n: a2a_floor(cl, n, cp, tp, 1.0), sc, cp) \
         if sc.cp_a2a else cp_layer_waits(cp_pass, sc, cp)   # TE's all-to-all (§5.185)
+    if sc.cp_hier:   # a2a+p2p (§5.189): the all-to-all over k ranks, the ring at (t·k, c/k)
+        k = sc.cp_a2a_size
+        r_tp, r_cp = ring_sizes(tp, cp, k)
+        cp_f, cp_b = hier_layer_waits(
+            lambda n: a2a_floor(cl, n, k, tp, 1.0), np.where(
+                cp > 1, group_floor(sc.cp_bytes, r_cp, r_tp, 1, cl), 0.0), sc, cp)
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     # MLA's attention runs its column-side collective at its latents' widths
     # (``attn_tp_saved``, §5.81): the forward's all-gather under SP, the backward's

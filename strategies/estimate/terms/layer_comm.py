@@ -12,6 +12,8 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost.cp_ring import layer_sm_extra as cp_layer_sm_extra
 from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
+from strategies.cost.cp_hier import layer_waits as hier_layer_waits
+from strategies.cost.cp_hier import ring_sizes
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_full_rc_time,
@@ -139,12 +141,17 @@ def cp_waits(sc: StageCostArrays, cl: Cluster, tp: Any, cp: Any,
     # (PyTorch's ring: its waits on the all-gather and the dK/dV ring)
     if sc.cp_a2a:   # TE's all-to-all: Q/K/V and O over the CP group, exposed (§5.185)
         return a2a_layer_waits(lambda n: cm.collective_time("alltoall", n, cp, tp, cl), sc, cp)
-    cp_fwd, cp_bwd = cp_layer_waits(cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl),
-                                    sc, cp)
+    k = sc.cp_a2a_size
+    if sc.cp_hier:  # a2a+p2p: the all-to-all over k ranks tp apart, the ring at (t·k, c/k)
+        r_tp, r_cp = ring_sizes(tp, cp, k)
+        t_ag = cm.collective_time("allgather", sc.cp_bytes, r_cp, r_tp, cl)
+        cp_fwd, cp_bwd = hier_layer_waits(
+            lambda n: cm.collective_time("alltoall", n, k, tp, cl), t_ag, sc, cp)
+    else:
+        t_ag = cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl)
+        cp_fwd, cp_bwd = cp_layer_waits(t_ag, sc, cp)
     if sms.sm and sms.nccl:
-        x_fwd, x_bwd = cp_layer_sm_extra(
-            cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl), sc, cp,
-            lambda c, w: sms.extra(c, w, sms.nccl))
+        x_fwd, x_bwd = cp_layer_sm_extra(t_ag, sc, cp, lambda c, w: sms.extra(c, w, sms.nccl))
         cp_fwd, cp_bwd = cp_fwd + x_fwd, cp_bwd + x_bwd
     return cp_fwd, cp_bwd
 

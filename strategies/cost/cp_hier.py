@@ -1,0 +1,86 @@
+"""Megatron-Core's hierarchical context parallelism (``--cp-comm-type a2a+p2p`` with
+``--hierarchical-context-parallel-sizes k cp/k``; plan ``cp_comm=a2a+p2p``,
+``hierarchical_cp=k``): Transformer Engine's ring (``AttnFuncWithCPAndKVP2P``) given a list
+``cp_group = [a2a group, p2p group]`` (``context_parallel.py`` @d0067d0 L1407-1419,
+L1486-1497, L2032-2049, L2405-2416, L2889-2900; Megatron-Core @d98e8a6
+``parallel_state.create_hierarchical_groups`` L378-437, ``extensions/transformer_engine.py``
+L2143-2150). docs/calibration.md §5.187 (read), §5.189 (priced). Units: bytes, seconds.
+
+A rank holding ``s/c`` tokens of ``a/t`` heads first runs the all-to-all of ``cp_a2a`` over
+its ``k`` consecutive CP ranks (``tp`` apart): the same Q/K/V and O bytes as ``a2a``
+(``cp_a2a.qkv_bytes``, ``out_bytes``: what a rank sends does not depend on the group size),
+the same copies (``cp_a2a.copy_bytes``) and working set; it then holds ``k·s/c`` tokens of
+``a/(t·k)`` heads and runs the ring of ``cp_ring`` at tensor size ``t·k`` and CP size
+``c/k`` over the ``c/k`` ranks ``t·k`` apart (``ring_sizes``), the core the ring's at those
+sizes. Two differences from ``AttnFuncWithCPAndQKVOA2A`` (Transformer Engine @015d225,
+``AttnFuncWithCPAndKVP2P``): the forward saves the output after its all-to-all back
+(``out_save = out_f16``), the tensor it returns and the projection saves, so no head-sharded
+copy is kept (no ``cp_a2a.saved_delta``); and the backward all-to-alls that output again
+with ``dO`` before its kernel (``flash_attn_a2a_communicate([out, dout], ...)``), so it sends
+``BWD_OUT_TENSORS`` outputs' bytes there and copies them (``bwd_copy_extra``)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from strategies.cost import cp_a2a, cp_ring
+from strategies.cost.token_counts import Num
+from strategies.model import ModelSpec
+
+if TYPE_CHECKING:
+    from strategies.cost.stage.array_record import StageCostArrays
+    from strategies.cost.stage.record import StageCosts
+
+#: The first Transformer Engine release whose ring takes a list ``cp_group`` (Megatron-Core
+#: ``extensions/transformer_engine.py`` L2143-2150 requires Transformer Engine 1.12 for the
+#: list, read in §5.185)
+TE_FIRST = (1, 12)
+
+#: tensors of the output's size the backward all-to-alls before its kernel: the saved output
+#: and dO (``AttnFuncWithCPAndKVP2P.backward`` with ``cp_size_a2a > 1``)
+BWD_OUT_TENSORS = 2.0
+
+
+def a2a_size(cp_impl: str, cp: Num, hierarchical_cp: Num) -> Num:
+    """The all-to-all group's size ``k`` of exchange ``cp_impl``: ``cp`` for ``"a2a"``,
+    the plan's ``hierarchical_cp`` for ``"a2a+p2p"``, 1 (no all-to-all) otherwise."""
+    if cp_impl == "a2a":
+        return cp
+    if cp_impl == "a2a+p2p":
+        return hierarchical_cp
+    return 1
+
+
+def ring_sizes(tp: Num, cp: Num, k: Num) -> tuple[Num, Num]:
+    """``(tensor size, CP size)`` the ring and its attention core run at after an all-to-all
+    over ``k`` CP ranks: ``(t·k, c/k)`` (the ring's neighbours ``t·k`` ranks apart)."""
+    return tp * k, cp / k
+
+
+def bwd_copy_extra(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+    """HBM bytes the backward's all-to-all adds to ``cp_a2a.copy_bytes``: the saved output's
+    ``COPY_PASSES`` beside dO's (``BWD_OUT_TENSORS`` - 1 outputs more)."""
+    return cp_a2a.COPY_PASSES * (BWD_OUT_TENSORS - 1.0) * cp_a2a.out_bytes(m, b, tp, cp)
+
+
+def layer_waits(t_a2a: Callable[[Num], Num], t_allgather: Num,
+                sc: "StageCosts | StageCostArrays", cp: Num) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` one layer pass waits: the all-to-alls over the ``k``
+    ranks, ``t_a2a(n)`` one of ``n`` bytes a rank sends, each exposed (``cp_a2a``'s rule):
+    forward Q/K/V (``sc.cp_qkv_bytes``) and O (``sc.cp_out_bytes``), backward O with dO
+    (``BWD_OUT_TENSORS`` outputs) and dQ/dK/dV, the backward with its recomputed forwards'
+    (``cp_ring.with_rerun``); plus ``cp_ring.layer_waits`` of the ring, ``t_allgather`` one
+    all-gather of ``sc.cp_bytes`` (the K/V at ``ring_sizes``) over the ``c/k`` ranks. The one
+    form the estimate and the lower bound read."""
+    on = np.asarray(cp) > 1
+    a_f = np.where(on, t_a2a(sc.cp_qkv_bytes) + t_a2a(sc.cp_out_bytes), 0.0)
+    a_b = np.where(on, t_a2a(BWD_OUT_TENSORS * sc.cp_out_bytes) + t_a2a(sc.cp_qkv_bytes), 0.0)
+    r_f, r_b = cp_ring.layer_waits(t_allgather, sc, cp)
+    return a_f + r_f, cp_ring.with_rerun(sc, a_f, a_b) + r_b
+
+
+def check(m: ModelSpec, tp: int, cp: int, k: int) -> None:
+    """``SpecError`` where the inner all-to-all cannot scatter the rank's heads over ``k``
+    (``cp_a2a.check_heads`` at ``k``: Transformer Engine asserts it on the a2a group)."""
+    cp_a2a.check_heads(m, tp, k, "hierarchical_cp")
