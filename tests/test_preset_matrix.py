@@ -5,6 +5,8 @@ rule that pruned the last plans, in words (``simulator.search.run.empty_space_ru
 script's own checks."""
 from __future__ import annotations
 
+import pytest
+
 from experiments import preset_matrix as pm
 from simulator.cli.main import main
 from simulator.search.run import empty_space_rule
@@ -122,3 +124,16 @@ def test_megatron_deepspeed_space_has_one_row_per_plan_with_every_schedule():
     assert len(keys) == len(set(keys))
     piped = [k for k in keys if ",pp=1," not in k]
     assert piped and all("schedule=deepspeed-1f1b" in k for k in piped)
+
+
+def test_matrix_frameworks_list_may_start_with_dash(capsys):
+    # argparse alone reads a separate "-,megatron-core" as an unknown option
+    for argv in (["--frameworks", "-,megatron-core"], ["--frameworks=-,megatron-core"]):
+        assert pm.parse_args(argv).frameworks == "-,megatron-core"
+    assert pm.parse_args(["--frameworks", "-"]).frameworks == "-"
+    a = pm.parse_args(["--frameworks", "-,torchtitan", "--models", "llama3-8b", "--search", "0"])
+    assert (a.frameworks, a.models, a.search) == ("-,torchtitan", "llama3-8b", 0)
+    with pytest.raises(SystemExit) as e:        # a typo is not run as torchtitan-compile
+        pm.parse_args(["--frameworks", "-,megatron-cor"])
+    assert e.value.code == 2
+    assert "unknown stack 'megatron-cor'" in capsys.readouterr().err
