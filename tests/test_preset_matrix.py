@@ -137,3 +137,33 @@ def test_matrix_frameworks_list_may_start_with_dash(capsys):
         pm.parse_args(["--frameworks", "-,megatron-cor"])
     assert e.value.code == 2
     assert "unknown stack 'megatron-cor'" in capsys.readouterr().err
+
+
+def test_stack_defaults_refuse_only_models_the_stack_would_run_otherwise_unmodelled():
+    """Where the stack defaults meet a model the cost cannot take (docs/cli.md: no
+    model-aware default, the stack would run the same value): exactly the Mamba-2 presets
+    under torchtitan (per-op selective recomputation) and DeepSeek-V4 under the two stacks
+    without fused attention. A new preset or stack default that the models refuse shows here."""
+    import argparse
+
+    from simulator.cli.common import resolve_job
+    from strategies.framework import PROFILES
+    from strategies.presets import MODEL_PRESETS
+    refused = set()
+    for m in MODEL_PRESETS:
+        for fw in PROFILES:
+            for plan in ("tp=8,gbs=64", "tp=1,gbs=64"):
+                a = argparse.Namespace(model=m, cluster="dgx-h100", plan=plan, framework=fw,
+                                       global_batch=None, dtype="bf16", seq_len=None)
+                try:
+                    resolve_job(a)
+                except SpecError as e:
+                    if "default where a plan names none" in e.rule:
+                        refused.add((m, fw, e.field.removeprefix("plan.")))
+    mamba = {m for m, spec in MODEL_PRESETS.items() if spec.is_hybrid
+             and spec.layer_counts()["mamba"]}
+    dsv4 = {m for m, spec in MODEL_PRESETS.items() if spec.is_dsv4}
+    assert mamba and dsv4
+    assert refused == ({(m, "torchtitan", "recompute") for m in mamba}
+                       | {(m, fw, "flash_attn") for m in dsv4
+                          for fw in ("megatron-lm-2021", "megatron-deepspeed")})
