@@ -252,13 +252,37 @@ def spread(items: list, n: int) -> list:
     return [items[(i * len(items)) // n] for i in range(n)]
 
 
-def main(argv: list[str] | None = None) -> int:
+LIST_FLAGS = ("--models", "--clusters", "--frameworks")
+
+
+def join_dash_lists(argv: list[str]) -> list[str]:
+    """``argv`` with a list flag's value that starts with ``-`` (``--frameworks -,torchtitan``,
+    '-' being "no stack named") joined to its flag (``--frameworks=-,torchtitan``): argparse
+    reads a separate ``-,...`` as an unknown option. A lone ``-`` parses either way."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in LIST_FLAGS:
+            value = next(it, None)
+            if value is not None and value.startswith("-,"):
+                out.append(f"{a}={value}")
+                continue
+            out.append(a)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(a)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The matrix's flags (``argv`` None: the command line's)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="comma-separated model presets (default all)")
     ap.add_argument("--clusters", default=",".join(CLUSTERS), help="comma-separated clusters")
     ap.add_argument("--frameworks", default=",".join(STACKS),
                     help="comma-separated stacks, '-' for none named (default: none and all; "
-                         "write --frameworks=-,torchtitan when the list starts with '-')")
+                         "e.g. --frameworks -,torchtitan)")
     ap.add_argument("--search", type=int, default=40, help="searches, an even sample (40)")
     ap.add_argument("--simulate", type=int, default=6,
                     help="simulations of a searched top plan (6)")
@@ -270,7 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failures-only", action="store_true", help="list failing rows only")
     ap.add_argument("--records", default=None, metavar="FILE",
                     help="also write every call (argv, exit, wall, stderr, problems) as JSON lines")
-    a = ap.parse_args(argv)
+    a = ap.parse_args(join_dash_lists(sys.argv[1:] if argv is None else argv))
+    unknown = [s for s in a.frameworks.split(",") if s not in STACKS]
+    if unknown:     # not read as torchtitan-compile below
+        ap.error(f"--frameworks: unknown stack {unknown[0]!r}; known: {', '.join(STACKS)}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     models = a.models.split(",") if a.models else list(MODEL_PRESETS)
     clusters, stacks = a.clusters.split(","), a.frameworks.split(",")
     t_all = time.perf_counter()

@@ -138,10 +138,10 @@ def read_plan_mapping(path: str) -> tuple[dict[str, Any], dict[str, Any] | None]
     from topologies.yaml_io import held_text, load_mapping_file
     path = str(path).strip()
     data = load_mapping_file(path, "plan")
-    if data is not None and not isinstance(data, Mapping):
+    if not isinstance(data, Mapping):   # an empty file too, as a model or cluster file
         raise SpecError("plan", path, f"the file must hold a mapping of plan keys, "
                         f"not {held_text(data)}")
-    keys, record = split_found_for({} if data is None else data)
+    keys, record = split_found_for(data)
     return one_framework_key(keys), record
 
 

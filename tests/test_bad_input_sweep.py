@@ -144,6 +144,24 @@ BROKEN = [
     _est("pad-deepep-advice-torchtitan", MOE, PAD_DEEPEP,
          ["moe_pad_to_capacity=True", "torchtitan runs the token dispatchers alltoall",
           "use moe_dispatcher=alltoall"], "--framework", "torchtitan"),
+    # polish23: an empty plan file was read as an empty plan (an empty model or cluster
+    # file is refused), an empty item between commas was skipped, a --csv without .csv was
+    # written, and --resume on a missing --results file started a fresh search into it
+    _plan_file("plan-file-empty", "", ["plan=", "p.yaml", "not nothing (an empty file)"]),
+    ("plan-file-empty-with-batch", ["estimate", *H100, "--plan", "{d}/p.yaml",
+                                    "--global-batch", "8"], {"p.yaml": ""},
+     ["plan=", "p.yaml", "not nothing (an empty file)"]),
+    _est("plan-empty-item", H100, "tp=2,,gbs=8", ["plan='tp=2,,gbs=8'", "an empty item"]),
+    _est("plan-trailing-comma", H100, "tp=2,gbs=8,", ["plan='tp=2,gbs=8,'", "an empty item"]),
+    _est("plan-blank", H100, " ", ["plan=''", "is empty"], "--global-batch", "8"),
+    ("search-plan-empty-item", [*SEARCH, "--plan", "tp=2,,mbs=1"], {},
+     ["--plan='tp=2,,mbs=1'", "an empty item"]),
+    ("search-fix-empty-item", [*SEARCH, "--fix", "tp=2,,mbs=1"], {},
+     ["--fix='tp=2,,mbs=1'", "an empty item"]),
+    ("csv-without-csv-extension", [*SEARCH, "--csv", "{d}/r.txt"], {},
+     ["--csv=", "r.txt", "ending with .csv"]),
+    ("resume-a-missing-results-file", [*SEARCH, "--results", "{d}/r.jsonl", "--resume"], {},
+     ["--results=", "r.jsonl", "does not exist: nothing to resume"]),
     ("pad-deepep-advice-search-fix", [*SEARCH[:1], *MOE, "--global-batch", "16", "--workers",
                                       "1", "--framework", "automodel", "--fix",
                                       "moe_pad_to_capacity=true,moe_capacity_factor=1,"

@@ -407,8 +407,11 @@ def test_search_takes_the_shared_plan_input(capsys, tmp_path):
 
 
 def test_search_csv_is_checked_before_the_search(capsys, tmp_path):
-    rc, out, err = run(capsys, *SEARCH, "--csv", str(tmp_path))
+    (tmp_path / "out.csv").mkdir()     # a folder, named as --csv wants (.csv)
+    rc, out, err = run(capsys, *SEARCH, "--csv", str(tmp_path / "out.csv"))
     assert rc == 2 and out == "" and "--csv" in err and "folder" in err
+    rc, out, err = run(capsys, *SEARCH, "--csv", str(tmp_path / "out.txt"))
+    assert rc == 2 and out == "" and "must be a file name ending with .csv" in err
 
 
 @pytest.mark.slow

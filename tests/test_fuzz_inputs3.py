@@ -103,15 +103,16 @@ def test_output_name_that_cannot_be_written(tmp_path, flag, name):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("argv,flag", [
-    (["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1", "--csv"], "--csv"),
+@pytest.mark.parametrize("argv,flag,rule", [
+    (["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1", "--csv"], "--csv",
+     "must be a file name ending with .csv"),     # the extension rule since polish23
     (["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1", "--results"],
-     "--results")])
-def test_output_path_ending_with_a_separator(tmp_path, argv, flag):
-    """``--csv DIR/x.csv/`` (no extension rule) passed the check and ``os.replace`` failed
-    after the search: NotADirectoryError (IsADirectoryError for ``--results``)."""
-    refused([*argv, str(tmp_path / "x.csv") + os.sep], f"{flag}=", "must name a file")
-    refused([*argv, ""], f"{flag}=", "must name a file")
+     "--results", "must name a file")])
+def test_output_path_ending_with_a_separator(tmp_path, argv, flag, rule):
+    """``--csv DIR/x.csv/`` (no extension rule then) passed the check and ``os.replace``
+    failed after the search: NotADirectoryError (IsADirectoryError for ``--results``)."""
+    refused([*argv, str(tmp_path / "x.csv") + os.sep], f"{flag}=", rule)
+    refused([*argv, ""], f"{flag}=", rule)
     assert list(tmp_path.iterdir()) == []
 
 

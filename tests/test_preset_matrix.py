@@ -5,6 +5,8 @@ rule that pruned the last plans, in words (``simulator.search.run.empty_space_ru
 script's own checks."""
 from __future__ import annotations
 
+import pytest
+
 from experiments import preset_matrix as pm
 from simulator.cli.main import main
 from simulator.search.run import empty_space_rule
@@ -122,3 +124,46 @@ def test_megatron_deepspeed_space_has_one_row_per_plan_with_every_schedule():
     assert len(keys) == len(set(keys))
     piped = [k for k in keys if ",pp=1," not in k]
     assert piped and all("schedule=deepspeed-1f1b" in k for k in piped)
+
+
+def test_matrix_frameworks_list_may_start_with_dash(capsys):
+    # argparse alone reads a separate "-,megatron-core" as an unknown option
+    for argv in (["--frameworks", "-,megatron-core"], ["--frameworks=-,megatron-core"]):
+        assert pm.parse_args(argv).frameworks == "-,megatron-core"
+    assert pm.parse_args(["--frameworks", "-"]).frameworks == "-"
+    a = pm.parse_args(["--frameworks", "-,torchtitan", "--models", "llama3-8b", "--search", "0"])
+    assert (a.frameworks, a.models, a.search) == ("-,torchtitan", "llama3-8b", 0)
+    with pytest.raises(SystemExit) as e:        # a typo is not run as torchtitan-compile
+        pm.parse_args(["--frameworks", "-,megatron-cor"])
+    assert e.value.code == 2
+    assert "unknown stack 'megatron-cor'" in capsys.readouterr().err
+
+
+def test_stack_defaults_refuse_only_models_the_stack_would_run_otherwise_unmodelled():
+    """Where the stack defaults meet a model the cost cannot take (docs/cli.md: no
+    model-aware default, the stack would run the same value): exactly the Mamba-2 presets
+    under torchtitan (per-op selective recomputation) and DeepSeek-V4 under the two stacks
+    without fused attention. A new preset or stack default that the models refuse shows here."""
+    import argparse
+
+    from simulator.cli.common import resolve_job
+    from strategies.framework import PROFILES
+    from strategies.presets import MODEL_PRESETS
+    refused = set()
+    for m in MODEL_PRESETS:
+        for fw in PROFILES:
+            for plan in ("tp=8,gbs=64", "tp=1,gbs=64"):
+                a = argparse.Namespace(model=m, cluster="dgx-h100", plan=plan, framework=fw,
+                                       global_batch=None, dtype="bf16", seq_len=None)
+                try:
+                    resolve_job(a)
+                except SpecError as e:
+                    if "default where a plan names none" in e.rule:
+                        refused.add((m, fw, e.field.removeprefix("plan.")))
+    mamba = {m for m, spec in MODEL_PRESETS.items() if spec.is_hybrid
+             and spec.layer_counts()["mamba"]}
+    dsv4 = {m for m, spec in MODEL_PRESETS.items() if spec.is_dsv4}
+    assert mamba and dsv4
+    assert refused == ({(m, "torchtitan", "recompute") for m in mamba}
+                       | {(m, fw, "flash_attn") for m in dsv4
+                          for fw in ("megatron-lm-2021", "megatron-deepspeed")})

@@ -22,7 +22,7 @@ from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import refuse_path
+from strategies.plan.parse import plan_items, refuse_path
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
@@ -127,6 +127,9 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
         raise CliError("--resume", True, "needs --results FILE (the file to resume from)")
+    if args.resume and not os.path.exists(args.results):   # a search creates it as it starts
+        raise CliError("--results", args.results, "does not exist: nothing to resume (drop "
+                       "--resume to start a search that writes it)")
     if args.ray_address is not None and args.backend != "ray":
         raise CliError("--ray-address", args.ray_address, "needs --backend ray (the local "
                        "backend runs on this machine's cores)")
@@ -231,7 +234,11 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
     else:
         refuse_path(text, "--plan")
         items = []
-        for item in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            texts = plan_items(text, "--plan")
+        except SpecError as e:
+            raise CliError(e.field, e.value, e.rule) from None
+        for item in texts:
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
                 raise CliError("--plan", item, "each item must be key=value, e.g. tp=8")
@@ -296,7 +303,8 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
 def run(args: argparse.Namespace) -> int:
     check_distinct_outputs(("--results", args.results), ("--csv", args.csv),
                            ("--save-plan", args.save_plan))
-    check_output(args.csv, "--csv")      # before the search, not after it
+    check_output(args.csv, "--csv", (".csv",))   # before the search, as every output
+    # whose format is fixed; --results (JSON lines: .jsonl, .json, .ndjson ...) takes any name
     check_output(args.results, "--results")
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
     check_folder(args.save_top, "--save-top")

@@ -204,7 +204,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
     refuse_path(text)
     d: dict[str, str] = {}
     last = None
-    for item in filter(None, (p.strip() for p in text.split(","))):
+    for item in plan_items(text):
         key, eq, value = item.partition("=")
         if not eq and last is not None:
             # a layout string's cosmetic commas (Megatron's), or a list item
@@ -219,6 +219,20 @@ def plan_mapping(text: str) -> dict[str, Any]:
         canon = ALIAS.get(key.strip().lower(), key.strip().lower())
         last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
     return one_framework_key(d)
+
+
+def plan_items(text: str, field: str = "plan") -> list[str]:
+    """The comma-separated items of plan text ``text``, stripped. Blank text, or an empty
+    item (``tp=2,,gbs=8``, a comma at either end: an unset shell variable?), is refused, not
+    skipped, as an empty plan file is: SpecError on ``field``."""
+    text = str(text).strip()
+    if not text:
+        raise SpecError(field, text, "is empty: give key=value,... (e.g. tp=8) or a plan file")
+    items = [p.strip() for p in text.split(",")]
+    if "" in items:
+        raise SpecError(field, text, "has an empty item (two commas together, or one at "
+                        "either end): each item must be key=value, e.g. tp=8,pp=2")
+    return items
 
 
 def refuse_path(text: str, field: str = "plan") -> None:

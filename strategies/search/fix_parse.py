@@ -8,7 +8,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 from strategies.plan.checks import int_limit
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import coerce
+from strategies.plan.parse import coerce, plan_items
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
@@ -33,7 +33,7 @@ def parse_fix(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     out: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in str(text).split(","))):
+    for item in plan_items(text, "--fix"):     # an empty item refused, as in a plan
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
         key = PLAN_ALIASES.get(key, key)     # Megatron's names, as a plan reads them
