@@ -238,14 +238,25 @@ def make_link_map(job: Job, rep_of: np.ndarray):
             return ("nic", node, local % R)
         return ("leaf", local % R if rail_tree else 0, node // per, *x[3:])   # x[3]: plane
 
+    def map_hop(u, v) -> tuple | None:
+        o = owner(u, v)
+        if o is None:
+            return None
+        r = rep[o]
+        return (u, v) if r == o else (image(u, r), image(v, r))
+
+    # hop -> its image (None: dropped), a pure function of the hop and ``rep_of``: the routes
+    # of one simulation cross the same few thousand links many times (kept with this map)
+    images: dict[tuple, tuple | None] = {}
+
     def link_map(nodes: Sequence) -> list[tuple]:
         out = []
-        for u, v in zip(nodes[:-1], nodes[1:]):
-            o = owner(u, v)
-            if o is None:
-                continue
-            r = rep[o]
-            out.append((u, v) if r == o else (image(u, r), image(v, r)))
+        for hop in zip(nodes[:-1], nodes[1:]):
+            m = images.get(hop, images)         # (the dict itself: not yet mapped)
+            if m is images:
+                m = images[hop] = map_hop(*hop)
+            if m is not None:
+                out.append(m)
         return out
 
     return link_map

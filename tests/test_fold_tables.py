@@ -73,3 +73,18 @@ def test_folded_latency_is_the_real_routes(i):
     finally:
         net.close()
         plain.close()
+
+
+@pytest.mark.parametrize("k", [None, 2, 4])
+@pytest.mark.parametrize("order", ["tp-cp-dp-pp", "tp-dp-cp-pp"])
+def test_cp_levels_cut_each_cp_group(k, order):
+    """``cpa``: ``k`` consecutive members of each CP group; ``cpr``: its members ``k`` apart."""
+    plan = Plan(tp=2, cp=8, dp=3, pp=2, hierarchical_cp=k,
+                cp_comm="a2a+p2p" if k else None)
+    kk = k or 1
+    cpa, cpr = [], []
+    for g in placement.groups(plan, "cp", order):
+        cpa += [g[i:i + kk] for i in range(0, 8, kk)]
+        cpr += [g[j::kk] for j in range(kk)]
+    assert placement.cp_level_groups(plan, "cpa", order) == sorted(cpa)
+    assert placement.cp_level_groups(plan, "cpr", order) == sorted(cpr)
