@@ -125,14 +125,28 @@ def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
     return set(map(tuple, rows.tolist()))
 
 
-def _maps_groups(job: Job, perm: np.ndarray) -> bool:
-    """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?"""
-    for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr"):
+GROUP_DIMS = ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")
+
+
+def group_table(job: Job) -> list[tuple[np.ndarray, bool, set[tuple[int, ...]]]]:
+    """Each group dimension with more than one rank per group: its groups (one row each), whether
+    they are compared as sets (all-to-alls: ``ep``, ``cpa``) and their canonical forms; worked
+    out once per ``fold_spec`` for all the translations it tries (a pure function of the job)."""
+    out = []
+    for dim in GROUP_DIMS:
         groups = np.asarray(placement.groups(job.plan, dim))
         if groups.shape[1] == 1:
             continue
         as_set = dim in ("ep", "cpa")       # all-to-alls: any order
-        if _canonical(perm[groups], as_set) != _canonical(groups, as_set):
+        out.append((groups, as_set, _canonical(groups, as_set)))
+    return out
+
+
+def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None) -> bool:
+    """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?
+    ``table``: ``group_table(job)`` when the caller has it."""
+    for groups, as_set, canon in (group_table(job) if table is None else table):
+        if _canonical(perm[groups], as_set) != canon:
             return False
     return True
 
@@ -156,9 +170,10 @@ def fold_spec(job: Job, fold: bool = True) -> FoldSpec:
     steps = {d: size[d] for d in COORDS}
     notes = [] if fold else ["fold=False"]
     if fold:
+        table: list = []        # group_table(job), built at the first translation tried
         for d in COORDS:
             steps[d] = _step(size[d], stride[d], G, local_ok, node_ok)
-            while steps[d] < size[d] and not _valid(job, d, steps[d], G):
+            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table):
                 steps[d] = _next_divisor(size[d], steps[d])
             if size[d] > 1:
                 what = "not folded" if steps[d] == size[d] else \
@@ -176,9 +191,15 @@ def fold_spec(job: Job, fold: bool = True) -> FoldSpec:
     return FoldSpec(steps, reps, rep_of, "; ".join([head] + notes))
 
 
-def _valid(job: Job, dim: str, k: int, G: int) -> bool:
+def _valid(job: Job, dim: str, k: int, G: int, table: list | None = None) -> bool:
+    """Does moving coordinate ``dim`` by ``k`` map GPUs and groups onto themselves?
+    ``table``: a list ``group_table(job)`` fills (kept by the caller for its next call)."""
     perm = _translate(job, dim, k)
-    return _maps_gpus(perm, G) and _maps_groups(job, perm)
+    if not _maps_gpus(perm, G):
+        return False
+    if table is not None and not table:
+        table.append(group_table(job))
+    return _maps_groups(job, perm, None if table is None else table[0])
 
 
 def _next_divisor(n: int, k: int) -> int:
@@ -217,14 +238,25 @@ def make_link_map(job: Job, rep_of: np.ndarray):
             return ("nic", node, local % R)
         return ("leaf", local % R if rail_tree else 0, node // per, *x[3:])   # x[3]: plane
 
+    def map_hop(u, v) -> tuple | None:
+        o = owner(u, v)
+        if o is None:
+            return None
+        r = rep[o]
+        return (u, v) if r == o else (image(u, r), image(v, r))
+
+    # hop -> its image (None: dropped), a pure function of the hop and ``rep_of``: the routes
+    # of one simulation cross the same few thousand links many times (kept with this map)
+    images: dict[tuple, tuple | None] = {}
+
     def link_map(nodes: Sequence) -> list[tuple]:
         out = []
-        for u, v in zip(nodes[:-1], nodes[1:]):
-            o = owner(u, v)
-            if o is None:
-                continue
-            r = rep[o]
-            out.append((u, v) if r == o else (image(u, r), image(v, r)))
+        for hop in zip(nodes[:-1], nodes[1:]):
+            m = images.get(hop, images)         # (the dict itself: not yet mapped)
+            if m is images:
+                m = images[hop] = map_hop(*hop)
+            if m is not None:
+                out.append(m)
         return out
 
     return link_map

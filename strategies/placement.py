@@ -144,11 +144,10 @@ def cp_level_groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[li
     CP group; ``cpr``, the ring groups, its members ``k`` apart. Without ``hierarchical_cp``
     ``cpa`` is each rank alone and ``cpr`` the CP group (the ring alone)."""
     k = plan.hierarchical_cp or 1
-    out = []
-    for g in groups(plan, "cp", order):
-        cut = np.asarray(g).reshape(plan.cp // k, k)     # (ring position, all-to-all position)
-        out += (cut if dim == "cpa" else cut.T).tolist()
-    return sorted(out)
+    # every CP group cut as (group, ring position, all-to-all position), all at once
+    cut = np.asarray(groups(plan, "cp", order)).reshape(-1, plan.cp // k, k)
+    rows = cut.reshape(-1, k) if dim == "cpa" else cut.transpose(0, 2, 1).reshape(-1, plan.cp // k)
+    return sorted(rows.tolist())
 
 
 def expert_sizes(plan: Plan) -> tuple[int, int, int]:

@@ -134,13 +134,13 @@ class SimNetwork(FlowNetwork):
         hit = self._routes.get(key)
         if hit is not None:
             return hit
-        nodes, index, latency = super().route(src, dst)
-        if self.link_map is not None:
-            hops = self.link_map(nodes)
-            index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
-            self._routes[key] = hit = (nodes, index, latency)
-            return hit
-        return nodes, index, latency
+        if self.link_map is None:
+            return super().route(src, dst)
+        nodes, index, latency = self.real_route(src, dst)
+        hops = self.link_map(nodes)
+        index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
+        self._routes[key] = hit = (nodes, index, latency)
+        return hit
 
     def stripes(self, src: Node, dst: Node) -> tuple | None:
         """``((link indices, share of the bytes), ...)``, one per plane, when a transfer from
@@ -196,8 +196,9 @@ class SimNetwork(FlowNetwork):
             self._start_flow(links, nbytes * share, one_done, tag, None)
 
     def latency(self, src: Node, dst: Node) -> float:
-        """Summed latency of the real route from src to dst (seconds)."""
-        return 0.0 if src == dst else self.route(src, dst)[2]
+        """Summed latency of the real route from src to dst (seconds): the unfolded route's,
+        which folding keeps (its links need not be mapped for it)."""
+        return 0.0 if src == dst else self.real_route(src, dst)[2]
 
     def links(self, src: Node, dst: Node) -> np.ndarray:
         """Link indices a flow from src to dst loads (folded when folding; every plane's

@@ -94,10 +94,17 @@ class RouteTable:
         key = (src, dst)
         hit = self._routes.get(key)
         if hit is None:
-            hit = self._unfolded.get(key)
-            if hit is None:
-                hit = self._unfolded[key] = self._new_route(src, dst)
-            self._routes[key] = hit
+            hit = self._routes[key] = self.real_route(src, dst)
+        return hit
+
+    def real_route(self, src: Node, dst: Node) -> tuple:
+        """``(nodes, link_indices, latency_s)`` of the real (unfolded) route from src to dst,
+        kept in the tables every network over this graph shares; ``route`` is this one unless
+        a subclass maps the links (``SimNetwork``'s folding keeps the nodes and latency)."""
+        key = (src, dst)
+        hit = self._unfolded.get(key)
+        if hit is None:
+            hit = self._unfolded[key] = self._new_route(src, dst)
         return hit
 
     def _new_route(self, src: Node, dst: Node) -> tuple:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from itertools import chain
 from typing import Iterable
 
 import numpy as np
@@ -47,11 +48,11 @@ class Layout:
         n = placement.world_size(plan)
         self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
         for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "pp", "cpa", "cpr"):
-            groups = placement.groups(plan, dim)
+            groups = placement.groups(plan, dim)      # they partition the ranks
             index = np.empty(n, dtype=np.int64)
-            for gi, g in enumerate(groups):
-                index[g] = gi
-            self._groups[dim] = (index, [tuple(g) for g in groups])
+            index[np.fromiter(chain.from_iterable(groups), np.int64)] = np.repeat(np.arange(len(groups)),
+                                                      [len(g) for g in groups])
+            self._groups[dim] = (index, list(map(tuple, groups)))
         self._algo: dict[tuple, str] = {}
 
     def stage(self, rank: int) -> int:
