@@ -269,3 +269,26 @@ def test_deterministic() -> None:
     a, b = (_job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a") for _ in range(2))
     assert estimate(a).step_time_s == estimate(b).step_time_s
     assert simulate(a, network="flows").step_time_s == simulate(b, network="flows").step_time_s
+
+
+@pytest.mark.parametrize("rc", ["recompute=none", "recompute=full,recompute_layers=1,recompute_method=block"])
+def test_uneven_interleaved_memory_arrays_equal_scalar(rc: str) -> None:
+    """An interleaved plan whose chunks differ (``account_embedding``/``account_loss``: the
+    scalar model prices each chunk's layers, ``memory.job_layers``) keeps a2a's saved
+    head-sharded output there too: the search's memory rule (``space_memory``, the arrays
+    path) equals ``peak_memory`` to 1e-12, and a2a holds more than p2p (Qwen3-30B-A3B on one
+    DGX B200, fp8, tp 2 pp 2 vpp 5 cp 2; the two paths were 2.9 GiB apart before)."""
+    from strategies.memory import peak_memory
+    from strategies.search.space_memory import space_memory
+    from strategies.stacks.profile import stack_system
+    m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("dgx-b200", 1)
+    peaks = {}
+    for comm in ("p2p", "a2a"):
+        spec = (f"tp=2,pp=2,dp=1,cp=2,ep=4,mbs=8,gbs=16,schedule=interleaved,vpp=5,{rc},sp=true,"
+                f"zero=2,etp=1,cp_comm={comm},account_embedding=true,account_loss=true")
+        job = make_job(m, cl, parse_plan(spec), dtype="fp8")
+        rule = space_memory(m, cl.gpu, "fp8", job.framework, stack_system(job.framework, job.system))
+        arrays = float(rule.peak(PlanArrays.from_plans([job.plan]))[0])
+        peaks[comm] = peak_memory(job)[1].total
+        assert arrays == pytest.approx(peaks[comm], rel=1e-12)
+    assert peaks["a2a"] > peaks["p2p"]

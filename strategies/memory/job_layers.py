@@ -6,6 +6,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from strategies.cost import moe_bytes, token_counts
+from strategies.cost.cp_a2a import saved_delta
 from strategies.cost.recompute import modules_mask
 from strategies.memory.moe_saved import routed_stash_correction
 from strategies.memory.recompute_saved import layer_activation_bytes
@@ -54,7 +55,7 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
                         job_expert_input_bytes(job), job_te_linear_bytes(job),
-                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner)
+                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner, fw.cp_impl == "a2a")
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -63,7 +64,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
                  expert_tp: int | None, clamp: bool, expert_input: float | None = None,
                  te_inputs: tuple[float, float, float, float] | None = None,
-                 pad: bool = False, mixer_d_inner: int | None = None) -> float:
+                 pad: bool = False, mixer_d_inner: int | None = None,
+                 cp_a2a: bool = False) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -78,4 +80,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                        expert_input=expert_input)
     te = te_linear_saved_delta(mdl, seq_len, mbs, tp, sp, cp, code, mods, flash_attn, te_inputs)
     mixer = mixer_saved_delta(mdl, seq_len, mbs, tp, code, mixer_d_inner)
-    return float(base + extra + te + mixer)
+    # TE's all-to-all CP keeps its head-sharded output too (``cp_a2a.saved_delta``, as
+    # ``rank_activations`` adds it on the arrays path)
+    a2a = float(saved_delta(mdl, mbs, tp, cp, code, mods, flash_attn)[0]) if cp_a2a else 0.0
+    return float(base + extra + te + mixer + a2a)
