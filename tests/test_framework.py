@@ -128,6 +128,7 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     the stack runs ZeRO-1 (``zero_stages``), as a space with no stack named is with the
     default stack's."""
     import strategies.search.space as space_mod
+    from strategies.search.axes import cp_exchanges
     fw = get_profile(name)
     monkeypatch.setattr(space_mod, "DEFAULT_FRAMEWORK",
                         replace(space_mod.DEFAULT_FRAMEWORK, loss=fw.loss,
@@ -160,9 +161,14 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
         # estimate (``zero2_dominated``, tests/test_zero2_dominance.py), which no filter of the
         # unnamed space reproduces
         z2 = {k for k in named_keys | runnable if re.search(r",zero=2(,|$)", k)}
-        assert named_keys - op - flushed - z2 == runnable - z2
+        # A stack that lets a plan choose its K/V exchange: each cp > 1 row once per
+        # exchange (``axes.cp_exchanges``, tests/test_search_cp_axis.py), rows no unnamed
+        # space holds (none where the stack runs no cp > 1); every one runs (the loop below)
+        ex = {k for k in named_keys if ",cp_comm=" in k}
+        assert not ex or cp_exchanges({}, fw)
+        assert named_keys - op - flushed - z2 - ex == runnable - z2
         if "block" in fw.recompute_methods:
-            assert named_keys - op - flushed - z2 <= free_keys
+            assert named_keys - op - flushed - z2 - ex <= free_keys
     for i in range(named.size):
         p = named.plan(i)
         assert plan_violations(fw, p) == []

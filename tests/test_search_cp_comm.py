@@ -1,5 +1,5 @@
-"""``cp_comm`` in the search (``--fix``/``--plan``; docs/search.md "The space"): a whole-space
-fix, not an explored axis.
+"""``cp_comm`` fixed in the search (``--fix``/``--plan``; docs/search.md "The space"): a
+whole-space fix (the explored axis under a named stack: tests/test_search_cp_axis.py).
 
 * every candidate carries the fixed exchange (column ``cpc``, ``PlanArrays.cp_comm``) and its
   plan, label (``cp2:ag``), key and ``--export`` name it;
@@ -8,7 +8,8 @@ fix, not an explored axis.
   ``stacks.variants.arrays_stack``), and the ranked plans' analytic step is the estimate's;
 * a stack without the exchange, or a value that is none, exits 2 at parse time naming the
   stack, the field and the rule (or the accepted values);
-* arrays naming two exchanges are refused (one exchange per stage-cost call).
+* arrays naming two exchanges are refused by the stage costs (one exchange per call; the
+  estimate and the bound split them by exchange, ``estimate.exchanges``).
 """
 from __future__ import annotations
 

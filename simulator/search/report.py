@@ -14,8 +14,8 @@ from strategies.framework import get_profile
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.search.plan_rows import plan_key
-from strategies.search.recommend import (Without, batching_sentences, expert_choice,
-                                         expert_sentence, explain)
+from strategies.search.recommend import (Without, batching_sentences, exchange_sentence,
+                                         expert_choice, expert_sentence, explain)
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -125,8 +125,10 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         out["flushes"] = p.flushes
     if p.microbatch_group_size is not None:     # the interleaved group other than pp
         out["microbatch_group_size"] = p.microbatch_group_size
-    if p.cp_comm is not None:   # the context-parallel K/V exchange a --fix names
+    if p.cp_comm is not None:   # the context-parallel K/V exchange a --fix or the search names
         out["cp_comm"] = p.cp_comm
+    if p.hierarchical_cp is not None:   # a2a+p2p's all-to-all size
+        out["hierarchical_cp"] = p.hierarchical_cp
     return out
 
 
@@ -134,22 +136,37 @@ def fastest_without(cfg: SearchConfig, space: Any, bounds: np.ndarray, plans: An
                     res: dict, needed: set, pick: Plan) -> list[Without]:
     """For each dimension the pick keeps, the fastest plan without it: the least of the
     simulated times (needed plans) and the bounds (the rest), ties to a bound, then by key."""
-    out = []
-    for d in ("tp", "pp", "cp", "ep", "dp"):
-        if getattr(pick, d) == 1:
-            continue
-        idx = np.flatnonzero(space.cols[d] == 1)
-        if idx.size == 0:
-            out.append(Without(d, None, None, False))
-            continue
-        exact = np.isin(idx, np.fromiter(needed, dtype=np.int64, count=len(needed)))
-        t = bounds[idx].astype(float)
-        t[exact] = [res[i]["step_time_s"] for i in idx[exact].tolist()]
-        tied = np.flatnonzero(t == t.min())     # keys (Plans) only for the ties
-        t, exact, _, i = min((float(t[n]), bool(exact[n]), keys[int(idx[n])], int(idx[n]))
-                             for n in tied.tolist())
-        out.append(Without(d, plans[i], t, exact))
-    return out
+    return [fastest_of(d, np.flatnonzero(space.cols[d] == 1), bounds, plans, keys, res, needed)
+            for d in ("tp", "pp", "cp", "ep", "dp") if getattr(pick, d) != 1]
+
+
+def fastest_of(dim: str, idx: np.ndarray, bounds: np.ndarray, plans: Any, keys: Any,
+               res: dict, needed: set) -> Without:
+    """``Without(dim, ...)`` of the rows ``idx``: the least of their simulated times (needed
+    plans) and bounds (the rest), ties to a bound, then by key; no plan where ``idx`` is
+    empty."""
+    if idx.size == 0:
+        return Without(dim, None, None, False)
+    exact = np.isin(idx, np.fromiter(needed, dtype=np.int64, count=len(needed)))
+    t = bounds[idx].astype(float)
+    t[exact] = [res[i]["step_time_s"] for i in idx[exact].tolist()]
+    tied = np.flatnonzero(t == t.min())     # keys (Plans) only for the ties
+    t, exact, _, i = min((float(t[n]), bool(exact[n]), keys[int(idx[n])], int(idx[n]))
+                         for n in tied.tolist())
+    return Without(dim, plans[i], t, exact)
+
+
+def other_exchange(space: Any, bounds: np.ndarray, plans: Any, keys: Any, res: dict,
+                   needed: set, pick_i: int) -> Without | None:
+    """Where the space explores the K/V exchange (``axes.cp_exchanges``: a ``cpc`` column of
+    several codes) and row ``pick_i`` has ``cp > 1``: the fastest known plan with ``cp > 1``
+    and another exchange (``fastest_of``; an a2a+p2p of another size is the same exchange);
+    else None."""
+    c = space.cols
+    if "cpc" not in c or c["cp"][pick_i] == 1 or np.unique(c["cpc"]).size < 2:
+        return None
+    idx = np.flatnonzero((c["cp"] > 1) & (c["cpc"] != c["cpc"][pick_i]))
+    return fastest_of("cp_comm", idx, bounds, plans, keys, res, needed)
 
 
 def recommended_row(cfg: SearchConfig, space: Any, analytic: dict, bounds: np.ndarray,
@@ -166,6 +183,10 @@ def recommended_row(cfg: SearchConfig, space: Any, analytic: dict, bounds: np.nd
                          fastest_without(cfg, space, bounds, plans, keys, res,
                                          set(out.needed), p))
     row["why"] += batching_sentences(p, cfg.options.fixed)
+    other = other_exchange(space, bounds, plans, keys, res, set(out.needed), pick)
+    if other is not None:       # the K/V exchange the search chose, named
+        row["why"].append(exchange_sentence(p, res[pick]["step_time_s"], other,
+                                            (cfg.framework or get_profile(None)).cp_impl))
     row["within_tolerance"] = len(out.pool)
     if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
         row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)

@@ -77,6 +77,7 @@ from strategies.estimate.terms.grad_reduce import grad_reduce
 from strategies.estimate.terms.layer_comm import layer_comm
 from strategies.estimate.terms.messages import p2p_exposed
 from strategies.estimate.terms.stages import mtp_seconds, span_of, stage_times
+from strategies.estimate.exchanges import by_exchange, exchange_rows
 from strategies.estimate.terms.tail import per_step_allreduces, step_tail
 from strategies.estimate.terms.zero2 import zero2_terms
 from strategies.estimate.terms.zero3 import zero3_exposed
@@ -109,6 +110,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
+    if exchange_rows(P) is not None:    # plans naming different K/V exchanges: each apart
+        return by_exchange(P, lambda Q, r, s: estimate_arrays(m, cl, dtype, Q, framework,
+                                                              system, r, gpu, s),
+                           ranks, pipe_span)
     if np.any(P.flushes != 1):  # k pipeline flushes per step: one flush's arrays, composed
         from strategies.estimate.scalar import BREAKDOWN_KEYS
         one = estimate_arrays(m, cl, dtype, replace(P, gbs=P.gbs / P.flushes,

@@ -100,6 +100,7 @@ from strategies.estimate.bound.layer_mix import LayerMix
 from strategies.estimate.bound.pipeline_paths import (PassThrough, StageBounds,
                                                       trailing_wgrads)
 from strategies.estimate.bound.stage_layers import layout_string_ends, stage_layers
+from strategies.estimate.exchanges import by_exchange, exchange_rows
 from strategies.framework import get_profile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
@@ -124,6 +125,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     ``estimate_arrays(...)["stage_costs"]``, used on a uniform cluster only), else computed
     here from the same arguments."""
     P = as_plan_arrays(P)
+    if exchange_rows(P) is not None:    # plans naming different K/V exchanges: each apart
+        return by_exchange(P, lambda Q, c: step_time_lower_bound(m, cl, dtype, Q, framework,
+                                                                 system, c), costs)
     if np.any(P.flushes != 1):
         return _flushed_bound(m, cl, dtype, P, framework, system, costs)
     sy = get_system(system)

@@ -22,6 +22,7 @@ import numpy as np
 
 from strategies.cost.system import SystemConfig
 from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.exchanges import by_exchange, exchange_rows
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -90,10 +91,13 @@ def estimate_arrays_mixed(m: ModelSpec, cl: Cluster, dtype: str,
     """``analytic.estimate_arrays`` of the plans ``P`` on ``cl``; on a mixed cluster the plans
     without pipelining priced from every GPU type's run (``synchronised_runs``), as the
     scalar estimate prices one. A uniform cluster: ``estimate_arrays`` unchanged."""
+    P = as_plan_arrays(P)
+    if not cl.uniform and exchange_rows(P) is not None:   # different K/V exchanges: apart
+        return by_exchange(P, lambda Q: estimate_arrays_mixed(m, cl, dtype, Q, framework,
+                                                              system))
     base = estimate_arrays(m, cl, dtype, P, framework, system)
     if cl.uniform or len(gpu_types(cl)) < 2:
         return base
-    P = as_plan_arrays(P)
     # each type's run, in node order as the scalar estimate takes them (the first of equal
     # parts wins); the run on ``Cluster.gpu`` is ``base``
     runs = [base if g == cl.gpu else estimate_arrays(m, cl, dtype, P, framework, system,

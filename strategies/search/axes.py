@@ -13,6 +13,7 @@ from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
 from strategies.job import check_modules_against_model
 from strategies.model import ModelSpec
+from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
 from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedules
 from strategies.schedules.base import Schedule
@@ -104,7 +105,8 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
     rc = [0, 1, 2] + ([RECOMPUTE_CODE["op"]] if fx.get("recompute") == "op" or (
         framework is not None and "op" in framework.recompute) else [])
     ax = {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
-          "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
+          "zero": [0, 1, 2, 3], "switches": _switch_columns(fx),
+          "cpx": cp_exchanges(fx, framework)}
     if "recompute_modules" in fx:
         ax["rcm"] = modules_mask(fx["recompute_modules"])
     if "flushes" in fx:
@@ -114,6 +116,21 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
     if "dp_shard" in fx:
         ax["dps"] = fx["dp_shard"]
     return ax
+
+
+def cp_exchanges(fixed: Mapping[str, Any], framework: FrameworkProfile | None) -> list[int]:
+    """The K/V exchanges (``PlanArrays.cp_comm`` codes) the space adds beside the stack's own
+    (code 0) to each row with ``cp > 1`` (``product._with_exchanges``): those the named stack
+    lets a plan choose (``FrameworkProfile.cp_comms``, Megatron-Core's ``--cp-comm-type``)
+    but its own (``cp_impl``: ``p2p`` is Megatron-Core's ring, code 0 already), in
+    ``CP_COMMS`` order; none where ``--fix cp_comm=`` gives one (every row carries it) or no
+    stack is named (Megatron-Core's costs without its limits: the stack's own exchange, the
+    space of earlier releases). A Transformer Engine older than an exchange needs is the
+    ``framework`` rule's to prune (``stacks.rules``)."""
+    if "cp_comm" in fixed or framework is None:
+        return []
+    return [1 + CP_COMMS.index(c) for c in CP_COMMS
+            if c in framework.cp_comms and CP_IMPL_OF[c] != framework.cp_impl]
 
 
 def layout_axis(model: ModelSpec, cluster: Cluster, ax: dict, opts: SpaceOptions

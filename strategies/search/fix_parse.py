@@ -61,10 +61,6 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
             out[key] = value in ("true", "1", "on", "yes")
-        elif key == "cp_comm" and value == "a2a+p2p":   # §5.189
-            raise SpecError("--fix", item, "the search has no hierarchical_cp axis (the "
-                            "all-to-all size a2a+p2p needs): price an a2a+p2p plan with "
-                            "estimate --plan cp_comm=a2a+p2p,hierarchical_cp=K")
         elif key in SWITCH_KEYS:
             out[key] = _fix_switch(key, value)
         else:
@@ -101,8 +97,9 @@ def _fix_switch(key: str, value: str) -> Any:
     try:
         v = coerce(key, value)
         # (padding's need of a capacity factor is a rule between fields: parse_fix's)
+        # (a2a+p2p's all-to-all size is the search's axis, ``product._with_exchanges``)
         Plan(**{key: v}, **({"moe_capacity_factor": 1.0} if key == "moe_pad_to_capacity"
-                            else {}))
+                            else {"cp": 4, "hierarchical_cp": 2} if v == "a2a+p2p" else {}))
     except SpecError as e:
         raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
     return v

@@ -26,7 +26,8 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg", "cp_comm": "cpc"}
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc")
+           "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc",
+           "cpk")
 
 
 def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
@@ -57,7 +58,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))
                 or None, first_stage_layers=lf or None, last_stage_layers=ll or None,
                 account_embedding=acc, account_loss=acc,
-                cp_comm=CP_COMMS[cpc - 1] if cpc else None)
+                cp_comm=CP_COMMS[cpc - 1] if cpc else None,
+                hierarchical_cp=int(c["cpk"]) if int(c.get("cpk", 1)) > 1 else None)
 
 
 def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
@@ -83,7 +85,9 @@ def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
             + (f",microbatch_group_size={plan.microbatch_group_size}"
                if plan.microbatch_group_size is not None else "")
             + (f",dp_shard={plan.dp_shard}" if plan.dp_shard is not None else "")
-            + _switch_key(plan, defaults or {}))
+            + _switch_key(plan, defaults or {})
+            + (f",hierarchical_cp={plan.hierarchical_cp}" if plan.hierarchical_cp is not None
+               else ""))
 
 
 def _switch_key(plan: Plan, defaults: Mapping[str, Any]) -> str:

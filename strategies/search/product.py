@@ -10,6 +10,7 @@ import numpy as np
 
 from strategies.model import ModelSpec
 from strategies.plan.checks import expert_shard_whole
+from strategies.plan.choices import CP_COMMS
 from strategies.plan.parse import tp_overlap_default
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import attr_by_code
@@ -50,7 +51,48 @@ def raw_product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
     if opts.hybrid and "dp_shard" not in opts.fixed:
         cols = _with_hybrid(cols, cluster.gpus_per_node, framework)
+    cols = _with_exchanges(cols, ax["cpx"])
     return _both_delay_wgrad(cols, ax["switches"])
+
+
+def _with_exchanges(cols: dict[str, np.ndarray], codes: list[int]) -> dict[str, np.ndarray]:
+    """``cols`` (the stack's own exchange, or the one ``--fix cp_comm=`` gives every row),
+    then each row with ``cp > 1`` once per exchange of ``codes`` (``axes.cp_exchanges``; the
+    ``cpc`` column); an ``a2a+p2p`` row once per all-to-all size ``k`` (``cpk``: the plan's
+    ``hierarchical_cp``), each divisor of ``cp`` with ``1 < k < cp``
+    (``plan.spec.check_hierarchical_cp``), where ``--fix cp_comm=a2a+p2p`` too (a row whose
+    ``cp`` has none keeps ``k = 1``, which the ``cp_seq`` rule prunes). Unchanged where no
+    row takes a second exchange or a size (no ``cpc``/``cpk`` column added)."""
+    hier = 1 + CP_COMMS.index("a2a+p2p")
+    cp = cols["cp"]
+    fixed_hier = "cpc" in cols and bool((cols["cpc"] == hier).any())
+    if not codes and not fixed_hier:
+        return cols
+    n = len(cp)
+    own = cols["cpc"] if "cpc" in cols else np.zeros(n, dtype=np.int64)
+    ks = sorted({d for c in np.unique(cp).tolist() for d in range(2, int(c))
+                 if int(c) % d == 0})
+    parts: list[tuple[np.ndarray, int | np.ndarray, int | np.ndarray]] = []   # rows, cpc, cpk
+    if fixed_hier:
+        sized = np.zeros(n, dtype=bool)
+        for k in ks:
+            sel = np.flatnonzero((cp % k == 0) & (cp > k))
+            sized[sel] = True
+            parts.append((sel, hier, k))
+        parts.insert(0, (np.flatnonzero(~sized), own[~sized], 1))
+    else:
+        parts.append((np.arange(n), own, 1))
+    for code in codes:
+        if code != hier:
+            parts.append((np.flatnonzero(cp > 1), code, 1))
+            continue
+        for k in ks:
+            parts.append((np.flatnonzero((cp % k == 0) & (cp > k)), hier, k))
+    out = {key: np.concatenate([v[rows] for rows, _, _ in parts]) for key, v in cols.items()}
+    out["cpc"] = np.concatenate([np.broadcast_to(np.asarray(c, dtype=np.int64), rows.shape)
+                                 for rows, c, _ in parts])
+    out["cpk"] = np.concatenate([np.full(rows.shape, k, dtype=np.int64) for rows, _, k in parts])
+    return out
 
 
 def _with_hybrid(cols: dict[str, np.ndarray], gpus_per_node: int,

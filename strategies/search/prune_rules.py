@@ -149,10 +149,15 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     def dsv4_ok(c):           # the rule model.dsv4.refuse_cost raises
         return plan_modelled(model, c["cp"], c["flash"])
 
-    def a2a_ok(c):            # the rule cost.cp_a2a.check_heads raises (a fixed cp_comm=a2a)
+    def a2a_ok(c):            # the rules cost.cp_a2a.check_heads and Plan raise
         if "cpc" not in c:
             return True
-        return (c["cpc"] != 1 + CP_COMMS.index("a2a")) | heads_ok(model, c["tp"], c["cp"])
+        # a2a: cp divides the rank's heads; a2a+p2p: its size k does, 1 < k < cp dividing cp
+        # (``plan.spec.check_hierarchical_cp``; ``job.check_plan_against_model``)
+        k = c["cpk"] if "cpk" in c else np.ones_like(c["cp"])
+        hier = (k > 1) & (k < c["cp"]) & (c["cp"] % k == 0) & heads_ok(model, c["tp"], k)
+        return np.where(c["cpc"] == 1 + CP_COMMS.index("a2a"), heads_ok(model, c["tp"], c["cp"]),
+                        np.where(c["cpc"] == 1 + CP_COMMS.index("a2a+p2p"), hier, True))
 
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention

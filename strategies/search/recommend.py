@@ -138,3 +138,36 @@ def expert_sentence(c: dict) -> str:
             f"{split}, {c['edp']} expert-data-parallel cop{'y' if c['edp'] == 1 else 'ies'}; "
             f"the expert all-to-all runs "
             f"{where}")
+
+
+#: the K/V exchanges in words (plan ``cp_comm``; None: the stack's own, by its ``cp_impl``)
+EXCHANGE_WORDS = {"p2p": "the ring of K/V sends under the attention",
+                  "ring": "the ring of K/V sends under the attention",
+                  "all_gather": "K/V all-gathered before the attention",
+                  "allgather": "K/V all-gathered before the attention",
+                  "a2a": "Q, K, V and O all-to-all'd over the {cp} CP ranks",
+                  "a2a+p2p": "the all-to-all over {k} ranks, then the ring over {r} groups",
+                  "torch": "PyTorch's ring"}
+
+
+def exchange_sentence(pick: Plan, pick_s: float, other: Without, own: str) -> str:
+    """The K/V exchange of ``pick`` (``cp > 1``) in words, against ``other``, the best known
+    plan with another exchange (``Without`` with ``dim`` ``cp_comm``); ``own``: the stack's
+    ``cp_impl``, the exchange of a plan that names none."""
+    name = pick.cp_comm or own
+    k = pick.hierarchical_cp or 1
+    what = EXCHANGE_WORDS.get(name, name).format(cp=pick.cp, k=k, r=pick.cp // k)
+    head = (f"K/V exchange (cp_comm {pick.cp_comm}" + (f", hierarchical_cp {k}"
+                                                       if pick.hierarchical_cp else "")
+            if pick.cp_comm else f"K/V exchange (the stack's own, {own}") + f": {what})"
+    if other.seconds is None:
+        return f"{head}: no feasible plan with context parallelism runs another exchange"
+    if other.seconds < pick_s:
+        return (f"{head}: a plan with another exchange could be up to "
+                f"{_pct(pick_s, other.seconds)} faster (bound {other.seconds:.3f} s) but none "
+                "is simpler")
+    if other.exact:
+        return (f"{head}: the best plan with another exchange ({other.plan.short()}) is "
+                f"{_pct(other.seconds, pick_s)} slower ({other.seconds:.3f} s)")
+    return (f"{head}: every plan with another exchange is at least "
+            f"{_pct(other.seconds, pick_s)} slower (lower bound {other.seconds:.3f} s)")
