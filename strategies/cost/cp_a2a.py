@@ -129,6 +129,18 @@ def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays",
     (``sc.cp_out_bytes``) in the forward, dO and dQ/dK/dV in the backward, all exposed, the
     backward with its recomputed forwards' (``cp_ring.with_rerun``); 0 where ``cp`` is 1.
     The one form the estimate and the lower bound read."""
+    return exchange_waits(t_a2a, sc, cp, sc.cp_bytes)
+
+
+def exchange_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays", cp: Num,
+                   qkv: Num, bwd_out: float = 1.0) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of one layer pass's exposed all-to-alls: Q/K/V
+    (``qkv`` bytes a rank sends) and O (``sc.cp_out_bytes``) forward; ``bwd_out`` outputs'
+    bytes (dO, and the saved output where the function sends it again) and dQ/dK/dV backward,
+    with its recomputed forwards' (``cp_ring.with_rerun``); 0 where ``cp`` is 1. Read by
+    ``layer_waits`` and ``cp_hier.layer_waits``."""
     on = np.asarray(cp) > 1
-    t = np.where(on, t_a2a(sc.cp_bytes) + t_a2a(sc.cp_out_bytes), 0.0)
-    return t, with_rerun(sc, t, t)
+    f = np.where(on, t_a2a(qkv) + t_a2a(sc.cp_out_bytes), 0.0)
+    b = f if bwd_out == 1.0 else np.where(on, t_a2a(bwd_out * sc.cp_out_bytes) + t_a2a(qkv),
+                                          0.0)
+    return f, with_rerun(sc, f, b)

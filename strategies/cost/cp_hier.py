@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 
 from strategies.cost import cp_a2a, cp_ring
 from strategies.cost.token_counts import Num
@@ -73,11 +72,9 @@ def layer_waits(t_a2a: Callable[[Num], Num], t_allgather: Num,
     (``cp_ring.with_rerun``); plus ``cp_ring.layer_waits`` of the ring, ``t_allgather`` one
     all-gather of ``sc.cp_bytes`` (the K/V at ``ring_sizes``) over the ``c/k`` ranks. The one
     form the estimate and the lower bound read."""
-    on = np.asarray(cp) > 1
-    a_f = np.where(on, t_a2a(sc.cp_qkv_bytes) + t_a2a(sc.cp_out_bytes), 0.0)
-    a_b = np.where(on, t_a2a(BWD_OUT_TENSORS * sc.cp_out_bytes) + t_a2a(sc.cp_qkv_bytes), 0.0)
+    a_f, a_b = cp_a2a.exchange_waits(t_a2a, sc, cp, sc.cp_qkv_bytes, BWD_OUT_TENSORS)
     r_f, r_b = cp_ring.layer_waits(t_allgather, sc, cp)
-    return a_f + r_f, cp_ring.with_rerun(sc, a_f, a_b) + r_b
+    return a_f + r_f, a_b + r_b
 
 
 def check(m: ModelSpec, tp: int, cp: int, k: int) -> None:
