@@ -5,7 +5,7 @@ attention function, which sends again. The rerun count (``recompute.cp_reruns``)
 implementation's backward wait growing by exactly its forward's (``cp_ring.with_rerun``);
 the estimate's CP seconds by ``L·m`` of them; the simulator's cp-comm flows by the forward's
 bytes per rerun, placed as the forward's around the rerun's attention core (the step's
-closed form, §5.190); the estimate, the bound and the contention-free simulation agreeing."""
+closed form); the estimate, the bound and the contention-free simulation agreeing."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -196,7 +196,7 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
     """One micro-batch on one stage (no embedding, head, optimizer or gradient reduction),
     full recomputation, contention-free: the step is each pass's compute plus its exchange
     as Transformer Engine runs it, the rerun cut as the forward (its non-attention part,
-    then its attention core ``a_r`` with the exchange around it; docs/calibration.md §5.190):
+    then its attention core ``a_r`` with the exchange around it; docs/calibration.md §5.187):
     ``L·(X - a) + L·pre + max(L·a, (1 - f)·L·t·v) + f·L·t·v + L·post`` for each pass ``X``
     (forward, rerun, backward) with its core ``a``, all-to-alls ``pre``/``post`` and ring
     volume ``v`` (1 forward, 2 backward), ``t`` one K/V all-gather at the ring's sizes. The

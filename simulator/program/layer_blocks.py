@@ -61,7 +61,7 @@ class LayerBlocks:
             secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
             secs = secs if cs.recompute_cap > 0 else rc_s
             if cp_rc > 0:   # the rerun cut as the forward block, its attention's CP exchange
-                # where the forward's runs (§5.187, §5.190), before what follows it in the
+                # where the forward's runs (§5.187), before what follows it in the
                 # layer: the all-to-all and the TP collectives wait for it
                 rc, a2a = self.cp_rerun(cs.chunk_cp_reruns(nl, len(self.chunk[c])), secs,
                                         label, i, c, start)
