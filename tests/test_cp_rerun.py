@@ -4,7 +4,8 @@ Megatron-Core's selective ``core_attn`` (``_checkpointed_attention_forward``) re
 attention function, which sends again. The rerun count (``recompute.cp_reruns``); each
 implementation's backward wait growing by exactly its forward's (``cp_ring.with_rerun``);
 the estimate's CP seconds by ``L·m`` of them; the simulator's cp-comm flows by the forward's
-bytes per rerun; the estimate, the bound and the contention-free simulation agreeing."""
+bytes per rerun, placed as the forward's around the rerun's attention core (the step's
+closed form); the estimate, the bound and the contention-free simulation agreeing."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,6 +18,7 @@ from simulator.program.ops import Collective
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import cp_ring
+from strategies.cost.cp_hier import BWD_OUT_TENSORS
 from strategies.cost.recompute import cp_reruns, modules_mask
 from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -179,3 +181,66 @@ def test_arrays_price_each_plans_reruns(comm: str) -> None:
     want = [estimate(x).breakdown_s["cp_comm"] for x in jobs]
     assert np.asarray(got["cp_comm"]).reshape(-1).tolist() == pytest.approx(want, rel=1e-12)
     assert want[0] < want[1] and want[0] < want[2]
+
+
+#: (cp_comm, plan tail, CP size) of the closed forms: one node, tp 1
+EXCHANGES = (("p2p", "", 2), ("all_gather", "", 2), ("a2a", "", 2),
+             ("a2a+p2p", ",hierarchical_cp=2", 4))
+
+
+@pytest.mark.parametrize("comm,tail,cp", EXCHANGES)
+@pytest.mark.parametrize("window", ("none", "part", "whole"))
+@pytest.mark.parametrize("gran", ("chunk", "layer"))
+def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
+                                    gran: str) -> None:
+    """One micro-batch on one stage (no embedding, head, optimizer or gradient reduction),
+    full recomputation, contention-free: the step is each pass's compute plus its exchange
+    as Transformer Engine runs it, the rerun cut as the forward (its non-attention part,
+    then its attention core ``a_r`` with the exchange around it; docs/calibration.md §5.187):
+    ``L·(X - a) + L·pre + max(L·a, (1 - f)·L·t·v) + f·L·t·v + L·post`` for each pass ``X``
+    (forward, rerun, backward) with its core ``a``, all-to-alls ``pre``/``post`` and ring
+    volume ``v`` (1 forward, 2 backward), ``t`` one K/V all-gather at the ring's sizes. The
+    rerun's core: none (the ring's rerun exposed whole), a quarter of the ring's
+    overlappable share (part of it exposed), or longer than it (hidden but its last step),
+    the rest of the rerun (3 ms a layer) beside nothing. Equal to 1e-12."""
+    job = make_job(replace(model_preset("gpt-1.7b"), seq_length=16384),
+                   cluster_preset("dgx-h100", 1),
+                   parse_plan(f"tp=1,cp={cp},mbs=1,gbs={8 // cp},recompute=full,"
+                              f"cp_comm={comm}{tail}"))
+    sc = stage_costs(job)
+    cl, L, f = job.cluster, job.model.num_layers, sc.cp_exposed_fraction
+
+    def a2a(n: float, k: int) -> float:
+        return float(cm.collective_time("alltoall", n, k, 1, cl))
+
+    t_ring, pre_f, post_f, pre_b, post_b = 0.0, 0.0, 0.0, 0.0, 0.0
+    if sc.cp_hier:          # the all-to-all over 2 ranks, the ring at (t·k, c/k) = (2, 2)
+        t_ring = float(cm.collective_time("allgather", sc.cp_bytes, cp // 2, 2, cl))
+        pre_f, post_f = a2a(sc.cp_qkv_bytes, 2), a2a(sc.cp_out_bytes, 2)
+        pre_b, post_b = a2a(BWD_OUT_TENSORS * sc.cp_out_bytes, 2), pre_f
+    elif sc.cp_a2a:
+        pre_f, post_f = a2a(sc.cp_bytes, cp), a2a(sc.cp_out_bytes, cp)
+        pre_b, post_b = post_f, pre_f
+    else:
+        t_ring = float(cm.collective_time("allgather", sc.cp_bytes, cp, 1, cl))
+    assert (t_ring > 0) == (comm != "a2a") and (pre_f > 0) == comm.startswith("a2a")
+    R = 3e-3
+    a_r = {"none": 0.0, "part": 0.25 * (1 - f) * t_ring,
+           "whole": 2 * (1 - f) * t_ring + 1e-4}[window]
+    costs = replace(sc, embedding_fwd=0.0, embedding_bwd=0.0, head_fwd=0.0, head_bwd=0.0,
+                    optimizer_by_stage=(0.0,), passes_by_stage=(0.0,), grad_bytes=0.0,
+                    layer_recompute=R, cp_rerun_attn=a_r, by_kind={})
+
+    def one_pass(x: float, a: float, pre: float, post: float, vol: float) -> float:
+        ring = L * vol * t_ring
+        return L * (x - a) + L * pre + max(L * a, (1 - f) * ring) + f * ring + L * post
+
+    rerun = one_pass(R, a_r, pre_f, post_f, 1.0)
+    closed = (one_pass(sc.layer_fwd, sc.attn_fwd, pre_f, post_f, 1.0) + rerun
+              + one_pass(sc.layer_bwd, sc.attn_bwd, pre_b, post_b, 2.0))
+    got = simulate(job, network="contention-free", costs=costs, granularity=gran).step_time_s
+    assert got == pytest.approx(closed, rel=1e-12)
+    if comm == "p2p":       # the ring's rerun exposed whole, in part, or but its last step
+        exposed = rerun - L * R
+        want = {"none": L * t_ring, "part": L * (t_ring - a_r), "whole": L * f * t_ring}
+        assert exposed == pytest.approx(want[window], rel=1e-9)

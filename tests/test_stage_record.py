@@ -81,8 +81,15 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
     fwd, bwd, rc, wg = set(), set(), set(), set()
     one = stage_costs_at(sc, i, p.pp)
     for nl in range(1, lpc + 1):
-        rc.update(one.chunk_recompute(nl, n)[0]   # block partial recompute: per chunk
-                  for n in sizes if n >= nl)
+        for n in (n for n in sizes if n >= nl):     # block partial recompute: per chunk
+            secs = one.chunk_recompute(nl, n)[0]
+            if p.cp > 1 and one.cp_per_layer_recompute > 0 and not one.cp_torch:
+                # a rerun CP exchange: its non-attention part, then its attention core
+                # (``LayerBlocks.cp_rerun``, docs/calibration.md §5.187)
+                core = min(one.chunk_cp_reruns(nl, n) * one.cp_rerun_attn, secs)
+                rc.update({secs - core, core})
+            else:
+                rc.add(secs)
         wg.add(nl * g["layer_wgrad"])
         # SP's re-gathers that outlast their data-gradient GEMMs: those GEMMs carved out of
         # the backward block first (``ProgramBuilder.regather``), the rest after them

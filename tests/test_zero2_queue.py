@@ -79,19 +79,11 @@ def test_queue_drained_under_the_steps_leaves_the_edge():
         _tails("zb-v", 2, 12, 0.0, edge), abs=1e-12)
 
 
-#: the recomputed forward's context-parallel ring (§5.187): the estimate hides its rerun
-#: behind the rerun attention core only, the simulator behind the whole recompute op, so on
-#: these two plans the estimate is 1.4 % and 2.1 % above the contention-free simulation (§5.187 Left
-#: (3)); strict, so the test says when the two agree again
-_CP_RERUN_APART = pytest.mark.xfail(strict=True, reason="§5.187 Left (3): the ring's rerun "
-                                    "hidden behind the attention core (estimate) or the "
-                                    "whole recompute op (simulator)")
-PLANS = [pytest.param("tp=4,pp=2,dp=16,cp=8,mbs=8,schedule=zb-v,vpp=2,recompute=full,"
-                      "recompute_layers=6,zero=2", marks=_CP_RERUN_APART),
+PLANS = ["tp=4,pp=2,dp=16,cp=8,mbs=8,schedule=zb-v,vpp=2,recompute=full,recompute_layers=6,"
+         "zero=2",
          "tp=8,pp=2,dp=32,cp=2,mbs=4,schedule=dualpipev,vpp=2,recompute=full,"
          "recompute_layers=11,zero=2",
-         pytest.param("tp=8,pp=1,dp=32,cp=4,mbs=8,zero=2,recompute=full,recompute_layers=58",
-                      marks=_CP_RERUN_APART)]
+         "tp=8,pp=1,dp=32,cp=4,mbs=8,zero=2,recompute=full,recompute_layers=58"]
 
 
 @pytest.mark.parametrize("spec", PLANS)

@@ -59,12 +59,14 @@ class LayerBlocks:
             # main's block partial recompute charges the chunk's min(N, n) layers, each
             # kind's share at its own layer's cost; otherwise each kind's own recomputation
             secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
-            prev = self.last_compute    # the rerun's exchange not before the compute before it
-            rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
-            # the rerun attention's CP exchange (§5.187), before what follows it in the
-            # layer: the all-to-all and the TP collectives wait for it
-            a2a = self.cp_rerun(cs.chunk_cp_reruns(nl, len(self.chunk[c])), label, i, c,
-                                (*start, prev), rc) if cp_rc > 0 else None
+            secs = secs if cs.recompute_cap > 0 else rc_s
+            if cp_rc > 0:   # the rerun cut as the forward block, its attention's CP exchange
+                # where the forward's runs (§5.187), before what follows it in the
+                # layer: the all-to-all and the TP collectives wait for it
+                rc, a2a = self.cp_rerun(cs.chunk_cp_reruns(nl, len(self.chunk[c])), secs,
+                                        label, i, c, start)
+            else:
+                rc, a2a = self.compute(secs, "recompute", label, i, c), None
             cpt = a2a
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl
@@ -177,41 +179,55 @@ class LayerBlocks:
         self._close_block(fwd, items, label, i, c, start, main, ring=tail)
         return main
 
-    def cp_rerun(self, n: float, label: str, i: int, c: int, start: tuple, rc: int | None
-                 ) -> int | None:
-        """The context-parallel exchange of ``n`` recomputed attention forwards
-        (``StageCosts.chunk_cp_reruns``, ``recompute.cp_reruns``), the forward's flows again
-        (``cp_ring.with_rerun``): Transformer Engine's all-to-all, Q/K/V then O after the
-        rerun ``rc``; its ring, the share ``1 - f`` beside the rerun and ``f`` after it; its
-        all-gather (``f`` 1), K/V after it. ``start``: what the rerun waits for (with the
-        compute issued before it); without a rerun op (``rc`` None: selective ``core_attn``
-        under FlashAttention, whose kernel's rerun the model does not charge) all after
-        ``start``. The backward waits on the last; returns it."""
-        cs, after = self.c, (rc,) if rc is not None else start
-        if cs.cp_a2a:
-            pre = self.coll("cp-comm", "alltoall", "cp", cs.cp_bytes, n, "cp",
-                            f"A2A cp rc {label}", i, c, deps=after)
-            tail = self.coll("cp-comm", "alltoall", "cp", cs.cp_out_bytes, n, "cp",
-                             f"A2A cp rc {label}", i, c, deps=(pre,))
-        elif cs.cp_hier:    # a2a+p2p: Q/K/V over cpa, the ring over cpr, O over cpa (§5.189)
-            vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
-            pre = self.coll("cp-comm", "alltoall", "cpa", cs.cp_qkv_bytes, n, "cp",
-                            f"A2A cp rc {label}", i, c, deps=after)
-            self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
-                      f"CP rc {label}", i, c, deps=start)
+    def cp_rerun(self, n: float, secs: float, label: str, i: int, c: int, start: tuple
+                 ) -> tuple[int | None, int | None]:
+        """The recomputation of ``secs`` seconds whose ``n`` attention forwards
+        (``StageCosts.chunk_cp_reruns``, ``recompute.cp_reruns``) exchange again, cut as the
+        forward block is: its non-attention part, then its attention core (``n`` times
+        ``StageCosts.cp_rerun_attn``, at most ``secs``) with the forward's flows where the
+        forward has them (``cp_ring.with_rerun`` prices the same): Transformer Engine's
+        all-to-all, Q/K/V before the core and O after it; a2a+p2p, Q/K/V over ``cpa``, the
+        ring over ``cpr`` (share ``1 - f`` beside the core, ``f`` after it), O over ``cpa``;
+        the ring, ``1 - f`` beside the core and ``f`` after it; the all-gather (``f`` 1), K/V
+        before the core. ``start``: what the rerun waits for; without a non-attention part
+        the exchange starts after it and the compute issued before it. The backward waits on
+        the exchange's last flow. Returns (the rerun's last compute, that flow)."""
+        cs, prev = self.c, self.last_compute
+        core = min(n * cs.cp_rerun_attn, secs)
+        other = self.compute(secs - core, "recompute", label, i, c)
+        after = (other,) if other is not None else (*start, prev)
+        vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
+        if cs.cp_a2a or cs.cp_hier:     # Q/K/V all-to-all'd before the core (and the ring)
+            dim, qkv = ("cpa", cs.cp_qkv_bytes) if cs.cp_hier else ("cp", cs.cp_bytes)
+            pre = self.coll("cp-comm", "alltoall", dim, qkv, n, "cp", f"A2A cp rc {label}", i,
+                            c, deps=after)
+            self.wait += [pre] if pre is not None else []
+            if cs.cp_hier:
+                self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
+                          f"CP rc {label}", i, c, deps=(pre,) if pre is not None else after)
+            main = self.compute(core, "recompute", label, i, c)
+            last = (main,) if main is not None else (pre,) if pre is not None else after
             ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
-                             f"CP rc {label}", i, c, deps=(pre,) if pre is not None else after)
-            tail = self.coll("cp-comm", "alltoall", "cpa", cs.cp_out_bytes, n, "cp",
-                             f"A2A cp rc {label}", i, c, deps=(ring,) if ring is not None
-                             else after)
-        else:
-            vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
+                             f"CP rc {label}", i, c, deps=last) if cs.cp_hier else None
+            tail = self.coll("cp-comm", "alltoall", dim, cs.cp_out_bytes, n, "cp",
+                             f"A2A cp rc {label}", i, c,
+                             deps=(ring,) if ring is not None else last)
+        elif f >= 1:                    # the all-gather: K/V gathered before the core
+            pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol, "cp",
+                            f"CP rc {label}", i, c, deps=after)
+            self.wait += [pre] if pre is not None else []
+            main, tail = self.compute(core, "recompute", label, i, c), None
+            if main is None:    # no core: the backward waits on the gather itself
+                return other, pre
+        else:                           # the ring: its last step's share after the core
             self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
-                      f"CP rc {label}", i, c, deps=start)
+                      f"CP rc {label}", i, c, deps=after)
+            main = self.compute(core, "recompute", label, i, c)
             tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * f, "cp",
-                             f"CP rc {label}", i, c, deps=after)
+                             f"CP rc {label}", i, c,
+                             deps=(main,) if main is not None else after)
         self.wait += [tail] if tail is not None else []
-        return tail
+        return (main if main is not None else other), tail
 
     def torch_ring(self, fwd: bool, nl: float, label: str, i: int, c: int, other,
                    start) -> int | None:
