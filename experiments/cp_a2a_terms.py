@@ -7,6 +7,8 @@ seconds a step, the estimate, the lower bound, the contention-free and the flows
 simulation, and the peak memory (the fullest pipeline rank). About 1 min.
 
     python experiments/cp_a2a_terms.py
+    python experiments/cp_a2a_terms.py --calls   # one forward pass's all-to-alls (§5.191)
+    python experiments/cp_a2a_terms.py --agree   # estimate vs contention-free, 6 decimals
 """
 from __future__ import annotations
 
@@ -61,5 +63,67 @@ def main() -> None:
                   f"{fl:8.3f} {peak_memory(job)[1].total / 2**30:6.2f}")
 
 
+def calls() -> None:
+    """One forward pass's all-to-all seconds of the a2a plans with ``cp`` 8 and 16
+    (docs/calibration.md §5.191): each call's MiB, Q/K/V as one call of their sum plus O
+    (§5.185's form), one call per tensor, and per call with the copies beside the calls
+    (``cost.cp_a2a.group_wait``, the form the estimate reads)."""
+    from strategies.cost import comm as cm
+    from strategies.cost import cp_a2a
+    from strategies.cost.stage import stage_costs
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from strategies.presets import model_preset
+    from topologies.cluster import cluster_preset
+
+    for name, seq, cluster, spec in (CASES[0], CASES[3]):
+        name_c, nodes = cluster.split(":")
+        job = make_job(model_preset(name).with_seq_length(seq),
+                       cluster_preset(name_c, int(nodes)),
+                       parse_plan(f"{spec},cp_comm=a2a"), framework="megatron-core")
+        sc, p = stage_costs(job), job.plan
+
+        def t(n, p=p, job=job):
+            return float(cm.collective_time("alltoall", n, p.cp, p.tp, job.cluster))
+
+        parts = [float(sc.cp_bytes) * x for x in sc.cp_qkv_parts]
+        o = float(sc.cp_out_bytes)
+        one = t(float(sc.cp_bytes)) + t(o)
+        each = sum(t(n) for n in parts) + t(o)
+        beside = float(cp_a2a.group_wait(t, parts, sc.copy_rate)
+                       + cp_a2a.group_wait(t, [o], sc.copy_rate))
+        mib = ", ".join(f"{n / 2**20:.0f}" for n in parts + [o])
+        print(f"{name} {spec}: calls Q, K, V, O {mib} MiB; one of the sum + O "
+              f"{1e3 * one:.3f} ms, per call {1e3 * each:.3f} ms, per call with the copies "
+              f"beside {1e3 * beside:.3f} ms")
+
+
+def agree() -> None:
+    """The estimate and the contention-free simulation to 6 decimals (seconds) and their gap
+    (%) for this script's a2a plans and ``cp_hier_terms``' a2a+p2p ones (§5.191)."""
+    from experiments.cp_hier_terms import CASES as HIER, PLAN
+    from simulator.simulate import simulate
+    from strategies.estimate.scalar import estimate
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from strategies.presets import model_preset
+    from topologies.cluster import cluster_preset
+
+    rows = [(name, cluster, f"{spec},cp_comm=a2a") for name, _, cluster, spec in CASES]
+    rows += [(name, "dgx-h100:2", PLAN.format(tp=tp) + f",cp_comm=a2a+p2p,hierarchical_cp={k}")
+             for name, tp, comms in HIER for c in comms if c.startswith("a2a+p2p")
+             for k in [c.split(":")[1]]]
+    for name, cluster, spec in rows:
+        name_c, nodes = cluster.split(":")
+        job = make_job(model_preset(name).with_seq_length(65536),
+                       cluster_preset(name_c, int(nodes)), parse_plan(spec),
+                       framework="megatron-core")
+        e = estimate(job).step_time_s
+        cf = simulate(job, network="contention-free").step_time_s
+        print(f"{name} {spec}: estimate {e:.6f} s, contention-free {cf:.6f} s, "
+              f"{100 * (cf - e) / e:+.4f} %")
+
+
 if __name__ == "__main__":
-    main()
+    args = sys.argv[1:]
+    calls() if "--calls" in args else agree() if "--agree" in args else main()

@@ -108,8 +108,11 @@ def test_core_on_whole_sequence_equals_the_ring_total() -> None:
 def test_alltoall_alone_in_one_node_and_the_estimates_cp_seconds() -> None:
     """tp 2, cp 4 on 8-GPU nodes: the CP group (ranks 2 apart) is inside one node, so one
     all-to-all of ``S`` bytes a rank takes ``(n-1)/n·S/B + lat`` (``B`` NVLink's rate at its
-    efficiency). Every layer pass waits on two, exposed: the estimate's CP seconds are
-    ``L·m·2·(t(Q/K/V) + t(O))`` over the step's ``m`` micro-batches."""
+    efficiency). Transformer Engine runs one call per tensor: Q, K, V, then O forward; dO,
+    then dQ, dK, dV backward. Multi-head attention's Q, K, V and O are ``S`` each; the
+    copies of K and V and the reorders of Q and K (``c = 2·S/rate`` each) run beside the
+    calls, which outlast two of them here: a pass waits ``3·t(S) - 4·c + t(S)`` beyond its
+    copies. The estimate's CP seconds are ``L·m·2`` of that."""
     job = _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a")
     cl, sc = job.cluster, stage_costs(job)
     B = cl.intra_node_bandwidth * NVLINK_EFFICIENCY
@@ -117,37 +120,115 @@ def test_alltoall_alone_in_one_node_and_the_estimates_cp_seconds() -> None:
     def t(nbytes):
         return float(cm.collective_time("alltoall", nbytes, 4, 2, cl))
 
-    for nbytes in (float(sc.cp_bytes), float(sc.cp_out_bytes)):
-        assert t(nbytes) == pytest.approx(3 / 4 * nbytes / B + cl.intra_node_latency,
-                                          rel=1e-12)
-    pass_s = t(float(sc.cp_bytes)) + t(float(sc.cp_out_bytes))
+    S = float(sc.cp_out_bytes)
+    assert sc.cp_qkv_parts == pytest.approx((1 / 3, 1 / 3, 1 / 3), rel=1e-15)
+    assert float(sc.cp_bytes) == pytest.approx(3 * S, rel=1e-15) and sc.cp_bwd_out == 1.0
+    assert t(S) == pytest.approx(3 / 4 * S / B + cl.intra_node_latency, rel=1e-12)
+    c = cp_a2a.COPY_PASSES / 2 * S / sc.copy_rate
+    assert t(S) >= 2 * c and sc.copy_rate == usable_hbm(job.cluster.gpu, job.system)
+    pass_s = 3 * t(S) - 4 * c + t(S)
     f, b = cp_a2a.layer_waits(lambda n: cm.collective_time("alltoall", n, 4, 2, cl), sc, 4)
-    assert float(f) == float(b) == pass_s
+    assert float(f) == pytest.approx(pass_s, rel=1e-12)
+    assert float(b) == pytest.approx(pass_s, rel=1e-12)
     e = estimate(job)
     layers = job.model.num_layers * job.num_microbatches
     assert e.breakdown_s["cp_comm"] == pytest.approx(layers * 2 * pass_s, rel=1e-9)
 
 
+def test_group_wait_closed_forms() -> None:
+    """``group_wait`` of one ``flash_attn_a2a_communicate``: one tensor waits its call alone
+    (copy, call and reorder serial); calls on a free network (0 s), or shorter than the
+    copies beside them, wait nothing beyond the copies; with the calls dominating the group
+    takes ``c_1 + Σa + p_n``; without a copy rate the calls' sum."""
+    rate = 1e12
+    half = cp_a2a.COPY_PASSES / 2 / rate
+    sizes = [4e6, 1e6, 1e6]
+    assert cp_a2a.group_wait(lambda n: 7e-6, [3e6], rate) == pytest.approx(7e-6, rel=1e-12)
+    assert cp_a2a.group_wait(lambda n: 0.0, sizes, rate) == pytest.approx(0.0, abs=1e-18)
+    c = [half * n for n in sizes]
+    slow = cp_a2a.group_wait(lambda n: n * 1e-9, sizes, rate)      # 4 ms, 1 ms, 1 ms calls
+    assert slow == pytest.approx(c[0] + 6e-3 + c[2] - 2 * sum(c), rel=1e-12)
+    fast = cp_a2a.group_wait(lambda n: 3e-6, sizes, rate)          # 3 µs calls: Q's
+    assert fast == pytest.approx(0.0, abs=1e-18)                    # reorder hides them
+    assert cp_a2a.group_wait(lambda n: n * 1e-9, sizes, 0.0) == pytest.approx(6e-3, rel=1e-12)
+
+
+def test_bytes_per_call_gqa_and_fp8() -> None:
+    """Llama 3 405B at 128K, tp 8, cp 16: Q 32 MiB, K and V 2 MiB each (its own 8 KV heads,
+    not repeated to 128: TE views K as ``[.., g/t, d]`` and splits those heads), O 32 MiB;
+    one call each. Under FP8 attention (MXFP8, the one the model runs: TE quantises after
+    the all-to-all) the calls carry the same 16-bit bytes, to the byte."""
+    m = L405.with_seq_length(131072)
+    q, k, v = (x * cp_a2a.qkv_bytes(m, 1, 8, 16) for x in cp_a2a.qkv_parts(m))
+    assert (q, k, v) == (32 * MIB, 2 * MIB, 2 * MIB)
+    g = replace(model_preset("gpt-1.7b"), seq_length=16384)
+    spec = "tp=1,cp=8,mbs=1,gbs=8,cp_comm=a2a"
+    b16 = stage_costs(make_job(g, cluster_preset("dgx-b200", 1), parse_plan(spec),
+                               framework="megatron-core", dtype="mxfp8"))
+    f8 = stage_costs(make_job(g, cluster_preset("dgx-b200", 1),
+                              parse_plan(spec + ",fp8_attention=true"),
+                              framework="megatron-core", dtype="mxfp8"))
+    assert float(f8.attn_fwd) != float(b16.attn_fwd)
+    assert (float(f8.cp_bytes), float(f8.cp_out_bytes)) == \
+        (float(b16.cp_bytes), float(b16.cp_out_bytes)) == \
+        (cp_a2a.qkv_bytes(g, 1, 1, 8), cp_a2a.out_bytes(g, 1, 1, 8))
+
+
+def test_backward_output_tensors_by_release() -> None:
+    """Transformer Engine's a2a backward sends dO alone from 2.8 on and the saved output
+    with it before; a2a+p2p's from 2.15 on; a stack stating no release reads the newest:
+    the backward then all-to-alls one output (or two), its copies ``COPY_PASSES`` of O more."""
+    from strategies.cost import cp_hier
+    assert cp_hier.bwd_out_tensors("a2a", None) == 1.0
+    assert cp_hier.bwd_out_tensors("a2a", (2, 8)) == 1.0
+    assert cp_hier.bwd_out_tensors("a2a", (2, 7)) == 2.0
+    assert cp_hier.bwd_out_tensors("a2a", (1, 11)) == 2.0
+    assert cp_hier.bwd_out_tensors("a2a+p2p", (2, 14)) == 2.0
+    assert cp_hier.bwd_out_tensors("a2a+p2p", (2, 15)) == 1.0
+    assert cp_hier.bwd_out_tensors("ring", None) == 0.0
+    job = _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a")
+    old = replace(job, framework=replace(job.framework, te_version=(2, 7)))
+    sc, so = stage_costs(job), stage_costs(old)
+    assert so.cp_bwd_out == 2.0 and sc.cp_bwd_out == 1.0
+    assert float(so.attn_fwd) == float(sc.attn_fwd)
+    assert float(so.attn_bwd) - float(sc.attn_bwd) == pytest.approx(
+        cp_a2a.COPY_PASSES * float(sc.cp_out_bytes) / sc.copy_rate, rel=1e-9)
+    cl = job.cluster
+
+    def t(n):
+        return cm.collective_time("alltoall", n, 4, 2, cl)
+
+    f0, b0 = cp_a2a.layer_waits(t, sc, 4)
+    f1, b1 = cp_a2a.layer_waits(t, so, 4)
+    assert float(f1) == float(f0)
+    two = cp_a2a.group_wait(t, [float(sc.cp_out_bytes)] * 2, sc.copy_rate)
+    assert float(b1) - float(b0) == pytest.approx(float(two) - float(t(sc.cp_out_bytes)),
+                                                  rel=1e-12)
+
+
 @pytest.mark.parametrize("spec", ["tp=2,cp=4,mbs=1,gbs=4", "tp=1,cp=8,mbs=1,gbs=4",
                                   "tp=1,cp=4,pp=2,mbs=1,gbs=8"])
 def test_estimate_bound_and_contention_free_simulation_agree(spec: str) -> None:
-    """What a2a adds over the ring: the estimate's and the contention-free simulation's
-    within 2 % of each other (measured: 0.1-3 % of the ring-to-a2a gap, 2 nodes), each plan
-    within 1.5 % of its simulation, the bound below the estimate."""
+    """What a2a changes against the ring: the estimate's and the contention-free
+    simulation's within 0.05 % of the step of each other (measured 0.01-0.03 %: the
+    simulator's gradient reduction starts after the last dQ/dK/dV call, §5.191), each plan
+    within 1.5 % of its simulation (the ring's own small-job gap), the bound below the
+    estimate."""
     ring, a2a = _job(spec), _job(spec + ",cp_comm=a2a")
     e_r, e_a = estimate(ring).step_time_s, estimate(a2a).step_time_s
     s_r = simulate(ring, network="contention-free").step_time_s
     s_a = simulate(a2a, network="contention-free").step_time_s
-    assert e_a > e_r and s_a > s_r
-    assert s_a - s_r == pytest.approx(e_a - e_r, rel=0.02)
+    assert abs(e_a - e_r) > 1e-3 * e_a
+    assert abs((s_a - s_r) - (e_a - e_r)) <= 5e-4 * e_a
     assert s_a == pytest.approx(e_a, rel=0.015)
     assert _bound(a2a) <= e_a
 
 
 def test_simulator_emits_alltoalls_on_the_cp_group() -> None:
-    """Each layer block's exchange is two all-to-alls over the rank's CP group on the
-    cp-comm stream, as flows on the network (algorithm ``all_to_all``, like the expert
-    all-to-alls): Q/K/V then O forward, dO then dQ/dK/dV backward, one per layer."""
+    """Each layer block's exchange is all-to-alls over the rank's CP group on the cp-comm
+    stream, as flows on the network (algorithm ``all_to_all``, like the expert all-to-alls),
+    one call per tensor: Q, K, V then O forward, dO then dQ, dK, dV backward (the copies on
+    the compute stream between them, out of the core's seconds)."""
     job = _job("tp=2,cp=4,mbs=1,gbs=4,cp_comm=a2a")
     sc = stage_costs(job)
     prog = compile_job(job, ranks=[0])[0]
@@ -158,7 +239,8 @@ def test_simulator_emits_alltoalls_on_the_cp_group() -> None:
     moved = sum(op.nbytes * op.repeat for op in ops)
     assert moved == pytest.approx(2 * L * m * (float(sc.cp_bytes) + float(sc.cp_out_bytes)),
                                   rel=1e-12)
-    assert {op.nbytes for op in ops} == {float(sc.cp_bytes), float(sc.cp_out_bytes)}
+    assert sum(op.repeat for op in ops) == pytest.approx(8 * L * m, rel=1e-12)
+    assert {op.nbytes for op in ops} == {float(sc.cp_out_bytes)}     # MHA: Q = K = V = O
     flows = simulate(job, network="flows").step_time_s
     assert flows == pytest.approx(simulate(job, network="contention-free").step_time_s,
                                   rel=0.05)

@@ -7,7 +7,7 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 from __future__ import annotations
 
 from simulator.program.tensor_parallel import TP_TAG
-from strategies.cost.cp_hier import BWD_OUT_TENSORS
+from strategies.cost.cp_a2a import pass_copy_seconds, side_copy_seconds
 from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
 
@@ -131,53 +131,76 @@ class LayerBlocks:
             main = self.compute(secs, kind, label, i, c, force=True)
         return self._close_block(fwd, items, label, i, c, start, main)
 
+    def a2a_calls(self, sizes: list, nl: float, dim: str, label: str, i: int, c: int,
+                  kind: str, deps: tuple) -> int | None:
+        """One ``flash_attn_a2a_communicate`` of ``nl`` layers (``cost.cp_a2a.group_wait``):
+        per tensor (``sizes``, bytes a rank sends) its send copy on the compute stream
+        (``cost.cp_a2a.side_copy_seconds``, the first after ``deps``), its
+        all-to-all over ``dim`` on the cp-comm stream after that copy, then each reorder on
+        the compute stream after its all-to-all. Returns the last reorder's id (what the
+        kernel or the block's close waits for)."""
+        rate = self.c.copy_rate
+        self.wait += [d for d in deps if d is not None]
+        sent = []
+        for n in sizes:
+            cp_ = self.compute(nl * side_copy_seconds(n, rate), kind, label, i, c)
+            sent.append(self.coll("cp-comm", "alltoall", dim, n, nl, "cp", f"A2A cp {label}",
+                                  i, c, deps=(cp_,) if cp_ is not None else deps))
+        last = None
+        for n, a in zip(sizes, sent):
+            self.wait += [a] if a is not None else []
+            last = self.compute(nl * side_copy_seconds(n, rate), kind, label, i, c, force=True)
+        return last
+
     def a2a_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
                   start: tuple, other, attn: float) -> int:
         """Transformer Engine's all-to-all CP (``StageCosts.cp_a2a``, ``cost.cp_a2a``) over
-        the layers ``items``: before the attention core the all-to-all of Q/K/V (forward,
-        ``cp_bytes``) or dO (backward, ``cp_out_bytes``), after it that of O or dQ/dK/dV,
-        each waited on, on the contended network as the expert all-to-alls are; what closes
-        the block starts after the second. Returns the core's id."""
+        the layers ``items``, call by call (``a2a_calls``): before the attention core Q, K, V
+        (forward, ``cp_bytes`` split by ``cp_qkv_parts``) or dO (backward; with the saved
+        output, ``cp_bwd_out``), after it O or dQ, dK, dV; the copies out of the core's
+        seconds, on the compute stream between them; what closes the block starts after the
+        last. Returns the core's id."""
+        return self._a2a_around(fwd, items, label, i, c, start, other, attn, "cp",
+                                self.c.cp_bytes)
+
+    def _a2a_around(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
+                    start: tuple, other, attn: float, dim: str, qkv: float,
+                    ring: tuple | None = None) -> int:
+        """``a2a_block``'s body over group ``dim`` (``cpa`` for a2a+p2p, whose ``ring``,
+        ``(share beside, share after)`` of the ring's all-gathers over ``cpr``, runs between
+        the first all-to-alls and the second)."""
         cs, kind = self.c, "forward" if fwd else "backward"
         nl = sum(n for n, _ in items)
-        pre_b, post_b = (cs.cp_bytes, cs.cp_out_bytes) if fwd else (cs.cp_out_bytes, cs.cp_bytes)
-        pre = self.coll("cp-comm", "alltoall", "cp", pre_b, nl, "cp", f"A2A cp {label}", i, c,
-                        deps=(other,) if other is not None else start)
-        self.wait += [pre] if pre is not None else []
-        main = self.compute(attn, kind, label, i, c, force=True)
-        tail = self.coll("cp-comm", "alltoall", "cp", post_b, nl, "cp", f"A2A cp {label}", i, c,
-                         deps=(main,))
-        self.wait += [tail] if tail is not None else []
+        parts = [qkv * x for x in cs.cp_qkv_parts]
+        outs = [cs.cp_out_bytes] * (1 if fwd else int(cs.cp_bwd_out))
+        pre_l, post_l = (parts, outs) if fwd else (outs, parts)
+        copies = nl * pass_copy_seconds(cs, qkv)[0 if fwd else 1]
+        pre = self.a2a_calls(pre_l, nl, dim, label, i, c, kind,
+                             (other,) if other is not None else start)
+        if ring is not None:
+            self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, ring[0], "cp",
+                      f"CP {label}", i, c, deps=(pre,) if pre is not None else start)
+        main = self.compute(max(attn - copies, 0.0), kind, label, i, c, force=True)
+        after = main
+        if ring is not None:
+            after = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, ring[1], "cp",
+                              f"CP {label}", i, c, deps=(main,)) or main
+        tail = self.a2a_calls(post_l, nl, dim, label, i, c, kind, (after,))
         self._close_block(fwd, items, label, i, c, start, main, ring=tail)
         return main
 
     def hier_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
                    start: tuple, other, attn: float) -> int:
         """Megatron-Core's a2a+p2p (``StageCosts.cp_hier``, ``cost.cp_hier``) over the layers
-        ``items``: ``a2a_block``'s two all-to-alls over the all-to-all groups (``cpa``: Q/K/V,
-        ``cp_qkv_bytes``, or O with dO, ``cp_hier.BWD_OUT_TENSORS`` outputs, before the core,
-        O or dQ/dK/dV after), between them the ring
-        over the ring groups (``cpr``, K/V of ``cp_bytes``): its share ``1 - f`` beside the
-        core, ``f`` after it; the second all-to-all after the ring's last; what closes the
-        block after that. Returns the core's id."""
-        cs, kind = self.c, "forward" if fwd else "backward"
-        nl = sum(n for n, _ in items)
-        pre_b, post_b = (cs.cp_qkv_bytes, cs.cp_out_bytes) if fwd else \
-            (BWD_OUT_TENSORS * cs.cp_out_bytes, cs.cp_qkv_bytes)
-        pre = self.coll("cp-comm", "alltoall", "cpa", pre_b, nl, "cp", f"A2A cp {label}", i, c,
-                        deps=(other,) if other is not None else start)
-        self.wait += [pre] if pre is not None else []
-        vol, f = nl * PASS_VOLUME[fwd], cs.cp_exposed_fraction
-        self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
-                  f"CP {label}", i, c, deps=(pre,) if pre is not None else start)
-        main = self.compute(attn, kind, label, i, c, force=True)
-        ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
-                         f"CP {label}", i, c, deps=(main,))
-        tail = self.coll("cp-comm", "alltoall", "cpa", post_b, nl, "cp", f"A2A cp {label}", i,
-                         c, deps=(ring,) if ring is not None else (main,))
-        self.wait += [tail] if tail is not None else []
-        self._close_block(fwd, items, label, i, c, start, main, ring=tail)
-        return main
+        ``items``: ``a2a_block``'s all-to-alls over the all-to-all groups (``cpa``: Q, K, V of
+        ``cp_qkv_bytes``, or dO, with the saved output before TE 2.15, before the core; O or
+        dQ, dK, dV after), between them the ring over the ring groups (``cpr``, K/V of
+        ``cp_bytes``): its share ``1 - f`` beside the core, ``f`` after it; the second
+        all-to-alls after the ring's last; what closes the block after that. Returns the
+        core's id."""
+        vol, f = sum(n for n, _ in items) * PASS_VOLUME[fwd], self.c.cp_exposed_fraction
+        return self._a2a_around(fwd, items, label, i, c, start, other, attn, "cpa",
+                                self.c.cp_qkv_bytes, (vol * (1 - f), vol * f))
 
     def cp_rerun(self, n: float, secs: float, label: str, i: int, c: int, start: tuple
                  ) -> tuple[int | None, int | None]:

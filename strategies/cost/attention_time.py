@@ -94,17 +94,16 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
     ``window_kernel``, ``_measured_window``; for DeepSeek-V4 the indexer's and its loss's
     kernels in the forward, ``dsv4_cost.dsa_time_fwd``, and the sparse core's backward at
     cuDNN's measured rate, ``dsv4_cost.core_time_bwd``)."""
-    a2a = fw.cp_impl == "a2a"
-    if a2a:   # TE's all-to-all CP: the core over the whole sequence on a/(t·c) heads, plus
-        # the exchange's reorders (``cp_a2a``, §5.185)
-        copies = np.where(np.asarray(cp) > 1, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
-        tp, cp = tp * cp, 1
-    hier = fw.cp_impl == "a2a+p2p"
-    if hier:   # a2a+p2p: the all-to-all's copies (the backward's with the output's again),
-        # then the ring's core at (t·k, c/k) (``cp_hier``, §5.189)
+    a2a, hier = fw.cp_impl == "a2a", fw.cp_impl == "a2a+p2p"
+    if a2a or hier:   # TE's all-to-all's copies, the backward's with the output's again
+        # where the release sends it (``cp_a2a``, ``cp_hier.bwd_out_tensors``, §5.185/§5.191)
         on = np.asarray(cp) > 1
         copies = np.where(on, cp_a2a.copy_bytes(m, b, tp, cp), 0.0)
-        copies_b = copies + np.where(on, cp_hier.bwd_copy_extra(m, b, tp, cp), 0.0)
+        copies_b = copies + np.where(on, cp_hier.bwd_copy_extra(
+            m, b, tp, cp, cp_hier.bwd_out_tensors(fw.cp_impl, fw.te_version)), 0.0)
+    if a2a:   # TE's all-to-all CP: the core over the whole sequence on a/(t·c) heads
+        tp, cp = tp * cp, 1
+    if hier:   # a2a+p2p: the ring's core at (t·k, c/k) (``cp_hier``, §5.189)
         tp, cp = cp_hier.ring_sizes(tp, cp, a2a_size)
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
@@ -170,8 +169,6 @@ core of the whole sequence over ``a/(t·c)`` heads and the exchange's copies,
         on = np.asarray(cp) > 1
         fwd = fwd + np.where(on, cp_allgather.copy_bytes_fwd(m, b, tp, cp), 0.0) / hbm
         bwd = bwd + np.where(on, cp_allgather.copy_bytes_bwd(m, b, tp, cp), 0.0) / hbm
-    if a2a:
-        fwd, bwd = fwd + copies / hbm, bwd + copies / hbm
-    if hier:
+    if a2a or hier:
         fwd, bwd = fwd + copies / hbm, bwd + copies_b / hbm
     return fwd, bwd

@@ -18,9 +18,21 @@ holding ``s/c`` tokens of ``a/t`` query and ``g/t`` KV heads:
   backward: the head-sharded Q, K, V and O (as many bytes as the rank's own).
 * backward: ``dO`` all-to-all'd to head shards (two copies), the kernel, and ``dQ``, ``dK``,
   ``dV`` all-to-all'd back (two copies each).
-* every all-to-all waits on its request before the next kernel reads it (``a2a_reqs[i].wait()``
-  on ``cp_stream``, ``current_stream().wait_stream(cp_stream)``): exposed, nothing overlaps
-  it but the neighbouring tensor's reorder.
+* one ``all_to_all_single(async_op=True)`` per tensor (``flash_attn_a2a_communicate``
+  L387-536 at d0067d0, the same loop from v1.11 on): Q, K and V are three calls, each with
+  its own latency, issued in order on the process group's NCCL stream; each tensor's send
+  copy runs on the compute stream after the previous tensor's call is issued, and each
+  received tensor's reorder on ``cp_stream`` after ``a2a_reqs[i].wait()``, so the copies of
+  a group's later tensors and the reorders of its earlier ones run beside its all-to-alls
+  (``group_wait``); the kernel waits for the last reorder
+  (``current_stream().wait_stream(cp_stream)``). A group of one tensor (O, dO) is serial.
+* the backward sends dO alone from TE 2.8 on (``TE_DO_ONLY``); from 1.11 to 2.7 it sent the
+  saved output again with it (``[out, dout]``, two calls; ``cp_hier.bwd_out_tensors``).
+* the bytes on the wire: 16-bit under BF16 and under the MXFP8 attention the project models
+  (TE quantises Q/K/V and dO after the all-to-all there, ``combine_and_quantize`` /
+  ``mxfp8_quantize_fast_path`` on the post-all-to-all tensors); only TE's per-tensor FP8
+  attention (delayed or current scaling, which ``with_fp8_attention`` refuses) sends
+  ``._data`` in 8 bits. GQA's K and V go with their own ``g/t`` heads (no repeat).
 * ``q.shape[-2] % cp_size == 0 and k.shape[-2] % cp_size == 0`` is asserted: the rank's query
   and KV heads must divide by ``c`` (``heads_ok``).
 """
@@ -45,6 +57,13 @@ if TYPE_CHECKING:
 #: ``FrameworkProfile.te_version`` does not run ``cp_comm=a2a`` (``stacks.rules``)
 TE_FIRST = (1, 11)
 
+#: the first Transformer Engine release whose ``AttnFuncWithCPAndQKVOA2A`` backward sends dO
+#: alone and saves the head-sharded output: NVIDIA/TransformerEngine#2012 (25252e9f2 on main,
+#: 789c6ca63 on the 2.8 branch, 2025-09-30); 1.11-2.7 saved the returned output and sent it
+#: again with dO (``out, dout = flash_attn_a2a_communicate([out, dout], ...)``, v2.7
+#: ``context_parallel.py`` L3561, v1.11 ``attention.py`` L3814)
+TE_DO_ONLY = (2, 8)
+
 #: HBM passes per exchanged byte, each direction of each tensor: the head-major
 #: ``contiguous()`` copy before the all-to-all and the ``index_select`` reorder after it (or,
 #: after the attention, the reorder before and the ``contiguous()`` after), each a read and a
@@ -60,6 +79,15 @@ def qkv_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     g = sent_kv_heads(m)
     return ACT_BYTES * T * (m.num_attention_heads * m.head_dim
                             + g * (m.head_dim + m.v_dim)) / tp
+
+
+def qkv_parts(m: ModelSpec) -> tuple[float, float, float]:
+    """Shares of Q, K and V in ``qkv_bytes``, one all-to-all each (``a·d_qk``, ``g·d_qk``,
+    ``g·d_v`` over their sum; ``g`` = ``sent_kv_heads``: GQA's K and V go with their own
+    heads, MLA's up-projected ones with ``a``)."""
+    g = sent_kv_heads(m)
+    q, k, v = m.num_attention_heads * m.head_dim, g * m.head_dim, g * m.v_dim
+    return q / (q + k + v), k / (q + k + v), v / (q + k + v)
 
 
 def out_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
@@ -121,6 +149,34 @@ def check_heads(m: ModelSpec, tp: int, cp: int, field: str = "cp") -> None:
                         "cp_size == 0 for Q, K, V)")
 
 
+def side_copy_seconds(nbytes: Num, copy_rate: float) -> Num:
+    """Seconds of one side's copy of a tensor a rank sends ``nbytes`` of (the send copy
+    before its all-to-all, or the reorder after it: ``COPY_PASSES / 2`` passes at
+    ``copy_rate`` bytes/s); 0 without a rate."""
+    return 0.5 * COPY_PASSES * nbytes / copy_rate if copy_rate > 0 else 0.0 * nbytes
+
+
+def group_wait(t_a2a: Callable[[Num], Num], sizes: list, copy_rate: float) -> Num:
+    """Seconds one ``flash_attn_a2a_communicate`` call of ``len(sizes)`` tensors waits beyond
+    its copies' HBM time (which the attention core carries, ``copy_bytes``): tensor ``j``
+    (``sizes[j]`` bytes a rank sends) copied (``COPY_PASSES / 2`` passes at ``copy_rate``),
+    its all-to-all after that copy and the previous all-to-all (one NCCL stream), its reorder
+    (the other half of the passes) after its all-to-all and the previous copies (one HBM).
+    The finish time less the copies: ``Σ t_a2a`` for one tensor; for Q/K/V the copies of K
+    and V and the reorders of Q and K hidden where the all-to-alls outlast them. The form
+    the estimate, the bound and the simulator's ``LayerBlocks.a2a_calls`` share."""
+    sent, copied = 0.0, 0.0
+    ends = []
+    for n in sizes:
+        copied = copied + side_copy_seconds(n, copy_rate)
+        sent = np.maximum(sent, copied) + t_a2a(n)
+        ends.append(sent)
+    done = copied
+    for n, e in zip(sizes, ends):
+        done = np.maximum(done, e) + side_copy_seconds(n, copy_rate)
+    return done - 2.0 * copied
+
+
 def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays", cp: Num
                 ) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` one layer pass waits on its all-to-alls, ``t_a2a(n)``
@@ -132,15 +188,33 @@ def layer_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays",
     return exchange_waits(t_a2a, sc, cp, sc.cp_bytes)
 
 
+def pass_copy_seconds(sc: "StageCosts | StageCostArrays", qkv: Num) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of a layer pass's all-to-all copies inside its attention
+    core's ``attn_fwd``/``attn_bwd`` (``copy_bytes``: ``COPY_PASSES`` of Q/K/V, ``qkv`` bytes,
+    and of O, ``sc.cp_bwd_out`` times backward, at ``sc.copy_rate``): they run before and
+    after the kernel, not beside it (a2a+p2p's ring window, ``cp_hier.ring_record``)."""
+    if not sc.copy_rate > 0:
+        return 0.0, 0.0
+    o = sc.cp_out_bytes
+    return (COPY_PASSES * (qkv + o) / sc.copy_rate,
+            COPY_PASSES * (qkv + sc.cp_bwd_out * o) / sc.copy_rate)
+
+
 def exchange_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArrays", cp: Num,
-                   qkv: Num, bwd_out: float = 1.0) -> tuple[Num, Num]:
-    """Seconds ``(forward, backward)`` of one layer pass's exposed all-to-alls: Q/K/V
-    (``qkv`` bytes a rank sends) and O (``sc.cp_out_bytes``) forward; ``bwd_out`` outputs'
-    bytes (dO, and the saved output where the function sends it again) and dQ/dK/dV backward,
-    with its recomputed forwards' (``cp_ring.with_rerun``); 0 where ``cp`` is 1. Read by
-    ``layer_waits`` and ``cp_hier.layer_waits``."""
+                   qkv: Num) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of one layer pass's all-to-alls, call by call
+    (``group_wait``): Q, K and V (``qkv`` bytes a rank sends, split by ``sc.cp_qkv_parts``)
+    then O (``sc.cp_out_bytes``) forward; ``sc.cp_bwd_out`` outputs (dO, and the saved output
+    where the release sends it again, ``cp_hier.bwd_out_tensors``) then dQ, dK, dV backward,
+    with its recomputed forwards' (``cp_ring.with_rerun``): the same four calls, each whole
+    (the rerun's copies sit inside the rerun op, before its exchange: §5.187's placement,
+    the simulator's ``cp_rerun``); 0 where ``cp`` is 1. Read by ``layer_waits`` and
+    ``cp_hier.layer_waits``."""
     on = np.asarray(cp) > 1
-    f = np.where(on, t_a2a(qkv) + t_a2a(sc.cp_out_bytes), 0.0)
-    b = f if bwd_out == 1.0 else np.where(on, t_a2a(bwd_out * sc.cp_out_bytes) + t_a2a(qkv),
-                                          0.0)
-    return f, with_rerun(sc, f, b)
+    qkv_l = [qkv * x for x in sc.cp_qkv_parts]
+    o, r = sc.cp_out_bytes, sc.copy_rate
+    f = np.where(on, group_wait(t_a2a, qkv_l, r) + group_wait(t_a2a, [o], r), 0.0)
+    b = np.where(on, group_wait(t_a2a, [o] * int(sc.cp_bwd_out), r)
+                 + group_wait(t_a2a, qkv_l, r), 0.0)
+    rerun = np.where(on, group_wait(t_a2a, qkv_l + [o], 0.0), 0.0)
+    return f, with_rerun(sc, rerun, b)

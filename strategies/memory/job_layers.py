@@ -55,7 +55,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
                         job_expert_input_bytes(job), job_te_linear_bytes(job),
-                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner, fw.cp_impl == "a2a")
+                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner,
+                        fw.cp_impl in ("a2a", "a2a+p2p"))
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -80,7 +81,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                        expert_input=expert_input)
     te = te_linear_saved_delta(mdl, seq_len, mbs, tp, sp, cp, code, mods, flash_attn, te_inputs)
     mixer = mixer_saved_delta(mdl, seq_len, mbs, tp, code, mixer_d_inner)
-    # TE's all-to-all CP keeps its head-sharded output too (``cp_a2a.saved_delta``, as
-    # ``rank_activations`` adds it on the arrays path)
+    # TE's all-to-all CP (and a2a+p2p from TE 2.15 on, §5.191) keeps its head-sharded output
+    # too (``cp_a2a.saved_delta``, as ``rank_activations`` adds it on the arrays path)
     a2a = float(saved_delta(mdl, mbs, tp, cp, code, mods, flash_attn)[0]) if cp_a2a else 0.0
     return float(base + extra + te + mixer + a2a)

@@ -131,8 +131,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_a2a``) or the one a plan
     # names (``PlanArrays.cp_comm``)
     a2a = np.where(P.cp_comm == 0, cp_a2a, P.cp_comm == 1 + CP_COMMS.index("a2a"))
-    # a2a+p2p (§5.189): its all-to-all's buffers, not a2a's saved head-sharded output
-    # (``cost.cp_hier``: the ring's function saves the output it returns)
+    # a2a+p2p (§5.189): its all-to-all's buffers, and from Transformer Engine 2.15 on a2a's
+    # saved head-sharded output (``cost.cp_hier``, §5.191; the newest releases' rule)
     hier = P.cp_comm == 1 + CP_COMMS.index("a2a+p2p")
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
@@ -140,7 +140,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                            content_given=content is not None, clamp=clamp,
                            remat_named=remat_named, loss_bytes=loss_bytes, act_cache=act_cache,
                            expert_input=expert_input, te_inputs=te_inputs,
-                           mixer_d_inner=mixer_d_inner, cp_a2a=a2a)
+                           mixer_d_inner=mixer_d_inner, cp_a2a=a2a | hier)
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
                                     if dispatch_bytes is None else dispatch_bytes)

@@ -134,6 +134,12 @@ class StageCostArrays:
     cp_hier: bool = False
     cp_qkv_bytes: np.ndarray = 0.0
     cp_a2a_size: np.ndarray = 1.0
+    # the all-to-alls call by call (``cp_a2a.exchange_waits``, §5.191): Q's, K's and V's shares
+    # of the Q/K/V bytes (``cp_a2a.qkv_parts``: one call each) and the output-size tensors the
+    # backward sends before its kernel (``cp_hier.bwd_out_tensors``: dO, with the saved output
+    # before TE 2.8 / 2.15)
+    cp_qkv_parts: tuple = (1.0, 0.0, 0.0)
+    cp_bwd_out: float = 1.0
     # attention forwards per layer whose CP exchange recomputation reruns
     # (``recompute.cp_reruns``, §5.187): the waits' rules add that many forward waits
     cp_per_layer_recompute: np.ndarray = 0.0

@@ -148,6 +148,8 @@ def comm_fields(si: StageInputs, n_tp: Any) -> dict[str, Any]:
         cp_qkv_bytes=np.where(cp > 1, cp_a2a.qkv_bytes(m, b, tp, cp) if hier else 0.0, 0.0)
         + zeros,
         cp_a2a_size=k + zeros,
+        cp_qkv_parts=cp_a2a.qkv_parts(m), cp_bwd_out=cp_hier.bwd_out_tensors(fw.cp_impl,
+                                                                             fw.te_version),
         ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
                           * dedup_bytes, 0.0) + zeros,
         etp_bytes=np.where((etp > 1) & (ep > 1), ep_dispatch.etp_bytes_fwd(m, b, tp, cp, ep, etp,

@@ -42,6 +42,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         cp_torch=bool(arrays.cp_torch), cp_a2a=bool(arrays.cp_a2a),
         cp_out_bytes=f("cp_out_bytes"), cp_hier=bool(arrays.cp_hier),
         cp_qkv_bytes=f("cp_qkv_bytes"), cp_a2a_size=f("cp_a2a_size"),
+        cp_qkv_parts=arrays.cp_qkv_parts, cp_bwd_out=arrays.cp_bwd_out,
         cp_per_layer_recompute=f("cp_per_layer_recompute"),
         cp_rerun_attn=f("cp_rerun_attn"),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),

@@ -98,6 +98,8 @@ class StageCosts:
     cp_hier: bool = False               # Megatron-Core's a2a+p2p (StageCostArrays)
     cp_qkv_bytes: float = 0.0
     cp_a2a_size: float = 1.0
+    cp_qkv_parts: tuple = (1.0, 0.0, 0.0)  # Q, K, V shares of the Q/K/V bytes (StageCostArrays)
+    cp_bwd_out: float = 1.0             # output-size tensors before the backward's kernel
     cp_per_layer_recompute: float = 0.0  # CP exchanges the recomputation reruns (StageCostArrays)
     cp_rerun_attn: float = 0.0          # the attention core beside each (StageCostArrays)
     tp_overlap_fwd_exposed: float = 0.0  # StageCostArrays.tp_overlap_fwd_exposed

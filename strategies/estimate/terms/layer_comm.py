@@ -13,7 +13,7 @@ from strategies.cost import comm as cm
 from strategies.cost.cp_ring import layer_sm_extra as cp_layer_sm_extra
 from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
 from strategies.cost.cp_hier import layer_waits as hier_layer_waits
-from strategies.cost.cp_hier import ring_sizes
+from strategies.cost.cp_hier import ring_record, ring_sizes
 from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.sm_share import NO_SMS, WindowSMs
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_full_rc_time,
@@ -151,7 +151,8 @@ def cp_waits(sc: StageCostArrays, cl: Cluster, tp: Any, cp: Any,
         t_ag = cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl)
         cp_fwd, cp_bwd = cp_layer_waits(t_ag, sc, cp)
     if sms.sm and sms.nccl:
-        x_fwd, x_bwd = cp_layer_sm_extra(t_ag, sc, cp, lambda c, w: sms.extra(c, w, sms.nccl))
+        x_fwd, x_bwd = cp_layer_sm_extra(t_ag, ring_record(sc) if sc.cp_hier else sc, cp,
+                                         lambda c, w: sms.extra(c, w, sms.nccl))
         cp_fwd, cp_bwd = cp_fwd + x_fwd, cp_bwd + x_bwd
     return cp_fwd, cp_bwd
 
