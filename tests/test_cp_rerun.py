@@ -18,7 +18,7 @@ from simulator.program.ops import Collective
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import cp_ring
-from strategies.cost.cp_hier import BWD_OUT_TENSORS
+from strategies.cost import cp_a2a
 from strategies.cost.recompute import cp_reruns, modules_mask
 from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -226,14 +226,24 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
         return float(cm.collective_time("alltoall", n, k, 1, cl))
 
     t_ring, pre_f, post_f, pre_b, post_b = 0.0, 0.0, 0.0, 0.0, 0.0
+    pre_r = post_r = cf = cb = 0.0
+    if sc.cp_a2a or sc.cp_hier:     # one call a tensor (§5.191): the forward's and the
+        # backward's beyond their copies (``group_wait``), the copies out of the core the
+        # ring runs beside; the rerun's calls whole, its copies in its core
+        k = 2 if sc.cp_hier else cp
+        qkv = sc.cp_qkv_bytes if sc.cp_hier else sc.cp_bytes
+        parts, o = [qkv * x for x in sc.cp_qkv_parts], sc.cp_out_bytes
+
+        def gw(ns: list) -> float:
+            return float(cp_a2a.group_wait(lambda n: a2a(n, k), ns, sc.copy_rate))
+
+        pre_f, post_f = gw(parts), gw([o])
+        pre_b, post_b = gw([o] * int(sc.cp_bwd_out)), pre_f
+        pre_r, post_r = sum(a2a(n, k) for n in parts), a2a(o, k)
+        cf, cb = (float(x) for x in cp_a2a.pass_copy_seconds(sc, qkv))
     if sc.cp_hier:          # the all-to-all over 2 ranks, the ring at (t·k, c/k) = (2, 2)
         t_ring = float(cm.collective_time("allgather", sc.cp_bytes, cp // 2, 2, cl))
-        pre_f, post_f = a2a(sc.cp_qkv_bytes, 2), a2a(sc.cp_out_bytes, 2)
-        pre_b, post_b = a2a(BWD_OUT_TENSORS * sc.cp_out_bytes, 2), pre_f
-    elif sc.cp_a2a:
-        pre_f, post_f = a2a(sc.cp_bytes, cp), a2a(sc.cp_out_bytes, cp)
-        pre_b, post_b = post_f, pre_f
-    else:
+    elif not sc.cp_a2a:
         t_ring = float(cm.collective_time("allgather", sc.cp_bytes, cp, 1, cl))
     assert (t_ring > 0) == (comm != "a2a") and (pre_f > 0) == comm.startswith("a2a")
     R = 3e-3
@@ -247,9 +257,10 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
         ring = L * vol * t_ring
         return L * (x - a) + L * pre + max(L * a, (1 - f) * ring) + f * ring + L * post
 
-    rerun = one_pass(R, a_r, pre_f, post_f, 1.0)
-    closed = (one_pass(sc.layer_fwd, sc.attn_fwd, pre_f, post_f, 1.0) + rerun
-              + one_pass(sc.layer_bwd, sc.attn_bwd, pre_b, post_b, 2.0))
+    rerun = one_pass(R, a_r, pre_r, post_r, 1.0)
+    closed = (one_pass(sc.layer_fwd - cf, sc.attn_fwd - cf, pre_f, post_f, 1.0) + L * cf
+              + rerun + one_pass(sc.layer_bwd - cb, sc.attn_bwd - cb, pre_b, post_b, 2.0)
+              + L * cb)
     got = simulate(job, network="contention-free", costs=costs, granularity=gran).step_time_s
     assert got == pytest.approx(closed, rel=1e-12)
     if comm == "p2p":       # the ring's rerun exposed whole, in part, or but its last step

@@ -220,10 +220,14 @@ class LayerBlocks:
         other = self.compute(secs - core, "recompute", label, i, c)
         after = (other,) if other is not None else (*start, prev)
         vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
-        if cs.cp_a2a or cs.cp_hier:     # Q/K/V all-to-all'd before the core (and the ring)
+        if cs.cp_a2a or cs.cp_hier:     # Q, K, V all-to-all'd before the core (and the ring),
+            # one call each, whole: the rerun's copies are in its core (``cp_a2a.exchange_waits``)
             dim, qkv = ("cpa", cs.cp_qkv_bytes) if cs.cp_hier else ("cp", cs.cp_bytes)
-            pre = self.coll("cp-comm", "alltoall", dim, qkv, n, "cp", f"A2A cp rc {label}", i,
-                            c, deps=after)
+            pre = None
+            for x in cs.cp_qkv_parts:
+                pre = self.coll("cp-comm", "alltoall", dim, qkv * x, n, "cp",
+                                f"A2A cp rc {label}", i, c,
+                                deps=after if pre is None else (pre,)) or pre
             self.wait += [pre] if pre is not None else []
             if cs.cp_hier:
                 self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
