@@ -207,8 +207,8 @@ def test_memory_the_alltoalls_buffers_only() -> None:
 def test_recomputed_forward_waits_again(rc: str) -> None:
     """Full recomputation reruns the layer's attention forward (and Megatron-Core's
     selective ``core_attn`` the core): its backward waits once more on both levels, the
-    all-to-all's four calls whole (the rerun's copies inside the rerun op) and the ring's
-    wait at the rerun's window; the forward's own unchanged."""
+    all-to-all's calls as the forward's (§5.191) and the ring's wait at the rerun's window
+    less the all-to-all's copies; the forward's own unchanged."""
     base, rec = stage_costs(_job(HIER + "4")), stage_costs(_job(HIER + f"4,recompute={rc}"))
     cl = _job(HIER + "4").cluster
     t_ag = float(cm.collective_time("allgather", base.cp_bytes, 4, 4, cl))
@@ -223,9 +223,16 @@ def test_recomputed_forward_waits_again(rc: str) -> None:
     def t(n):
         return cm.collective_time("alltoall", n, 4, 1, cl)
 
-    a = sum(float(t(n)) for n in [rec.cp_qkv_bytes * x for x in rec.cp_qkv_parts]
-            + [rec.cp_out_bytes])    # the rerun's four calls whole (§5.191)
-    ring_rerun = float(cp_ring.ring_exposed(t_ag, rec.cp_rerun_attn, rec.cp_exposed_fraction))
+    # the rerun's calls as the forward's (``group_wait``, TE's rerun is the forward's code),
+    # the ring beside the rerun's core less the forward's copies
+    parts = [rec.cp_qkv_bytes * x for x in rec.cp_qkv_parts]
+    a = float(cp_a2a.group_wait(t, parts, rec.copy_rate)
+              + cp_a2a.group_wait(t, [rec.cp_out_bytes], rec.copy_rate))
+    assert a < sum(float(t(n)) for n in parts + [rec.cp_out_bytes])   # copies hidden
+    c_f = float(cp_a2a.pass_copy_seconds(rec, rec.cp_qkv_bytes)[0])
+    assert 0 < c_f < rec.cp_rerun_attn
+    ring_rerun = float(cp_ring.ring_exposed(t_ag, rec.cp_rerun_attn - c_f,
+                                            rec.cp_exposed_fraction))
     assert float(f1) == pytest.approx(float(f0), rel=1e-12)
     assert float(b1) == pytest.approx(float(b0) + a + ring_rerun, rel=1e-12)
 

@@ -47,17 +47,6 @@ def _waits(job):
     return cp_waits(stage_costs(job), job.cluster, job.plan.tp, job.plan.cp)
 
 
-def _rerun(job, f0: float) -> float:
-    """Seconds one rerun adds to the backward: the forward's wait (ring, all-gather); a2a's
-    four calls whole (the rerun's copies inside the rerun op, §5.191)."""
-    if job.plan.cp_comm != "a2a":
-        return f0
-    sc, cl = stage_costs(job), job.cluster
-    sizes = [float(sc.cp_bytes) * x for x in sc.cp_qkv_parts] + [float(sc.cp_out_bytes)]
-    return sum(float(cm.collective_time("alltoall", n, job.plan.cp, job.plan.tp, cl))
-               for n in sizes)
-
-
 def test_rerun_counts() -> None:
     """Full: the recomputed share of the layers; selective with ``core_attn`` (the default
     module) where the stack checkpoints the core attention: one; selective without it, op
@@ -92,7 +81,7 @@ def test_backward_waits_grow_by_the_forwards(comm: str) -> None:
     f0, b0 = _waits(j0)
     f1, b1 = _waits(_job(spec + "full"))
     assert f0 > 0 and float(f1) == float(f0)
-    rr = _rerun(j0, float(f0))
+    rr = float(f0)      # a2a's four calls too: TE's rerun is the forward's code (§5.191)
     assert float(b1) - float(b0) == pytest.approx(rr, rel=1e-12)
     js = _job(spec + "selective")
     sc = stage_costs(js)
@@ -122,7 +111,7 @@ def test_estimate_cp_seconds_grow_by_the_forwards(comm: str) -> None:
     f0, _ = _waits(j0)
     layers = j0.model.num_layers * j0.num_microbatches
     d = estimate(j1).breakdown_s["cp_comm"] - estimate(j0).breakdown_s["cp_comm"]
-    assert d == pytest.approx(layers * _rerun(j0, float(f0)), rel=1e-9)
+    assert d == pytest.approx(layers * float(f0), rel=1e-9)
 
 
 @pytest.mark.parametrize("comm", COMMS)
@@ -226,10 +215,10 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
         return float(cm.collective_time("alltoall", n, k, 1, cl))
 
     t_ring, pre_f, post_f, pre_b, post_b = 0.0, 0.0, 0.0, 0.0, 0.0
-    pre_r = post_r = cf = cb = 0.0
-    if sc.cp_a2a or sc.cp_hier:     # one call a tensor (§5.191): the forward's and the
-        # backward's beyond their copies (``group_wait``), the copies out of the core the
-        # ring runs beside; the rerun's calls whole, its copies in its core
+    cf = cb = 0.0
+    if sc.cp_a2a or sc.cp_hier:     # one call a tensor (§5.191): each pass's beyond its
+        # copies (``group_wait``), the copies out of the core the ring runs beside; the
+        # rerun's as the forward's (TE's rerun is the forward's code)
         k = 2 if sc.cp_hier else cp
         qkv = sc.cp_qkv_bytes if sc.cp_hier else sc.cp_bytes
         parts, o = [qkv * x for x in sc.cp_qkv_parts], sc.cp_out_bytes
@@ -239,7 +228,6 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
 
         pre_f, post_f = gw(parts), gw([o])
         pre_b, post_b = gw([o] * int(sc.cp_bwd_out)), pre_f
-        pre_r, post_r = sum(a2a(n, k) for n in parts), a2a(o, k)
         cf, cb = (float(x) for x in cp_a2a.pass_copy_seconds(sc, qkv))
     if sc.cp_hier:          # the all-to-all over 2 ranks, the ring at (t·k, c/k) = (2, 2)
         t_ring = float(cm.collective_time("allgather", sc.cp_bytes, cp // 2, 2, cl))
@@ -249,15 +237,16 @@ def test_rerun_exchange_closed_form(comm: str, tail: str, cp: int, window: str,
     R = 3e-3
     a_r = {"none": 0.0, "part": 0.25 * (1 - f) * t_ring,
            "whole": 2 * (1 - f) * t_ring + 1e-4}[window]
+    # the rerun's core carries its copies, as the forward's ``attn_fwd`` does
     costs = replace(sc, embedding_fwd=0.0, embedding_bwd=0.0, head_fwd=0.0, head_bwd=0.0,
                     optimizer_by_stage=(0.0,), passes_by_stage=(0.0,), grad_bytes=0.0,
-                    layer_recompute=R, cp_rerun_attn=a_r, by_kind={})
+                    layer_recompute=R, cp_rerun_attn=a_r + cf, by_kind={})
 
     def one_pass(x: float, a: float, pre: float, post: float, vol: float) -> float:
         ring = L * vol * t_ring
         return L * (x - a) + L * pre + max(L * a, (1 - f) * ring) + f * ring + L * post
 
-    rerun = one_pass(R, a_r, pre_r, post_r, 1.0)
+    rerun = one_pass(R - cf, a_r, pre_f, post_f, 1.0) + L * cf
     closed = (one_pass(sc.layer_fwd - cf, sc.attn_fwd - cf, pre_f, post_f, 1.0) + L * cf
               + rerun + one_pass(sc.layer_bwd - cb, sc.attn_bwd - cb, pre_b, post_b, 2.0)
               + L * cb)

@@ -132,19 +132,20 @@ class LayerBlocks:
         return self._close_block(fwd, items, label, i, c, start, main)
 
     def a2a_calls(self, sizes: list, nl: float, dim: str, label: str, i: int, c: int,
-                  kind: str, deps: tuple) -> int | None:
+                  kind: str, deps: tuple, name: str = "A2A cp") -> int | None:
         """One ``flash_attn_a2a_communicate`` of ``nl`` layers (``cost.cp_a2a.group_wait``):
         per tensor (``sizes``, bytes a rank sends) its send copy on the compute stream
         (``cost.cp_a2a.side_copy_seconds``, the first after ``deps``), its
-        all-to-all over ``dim`` on the cp-comm stream after that copy, then each reorder on
-        the compute stream after its all-to-all. Returns the last reorder's id (what the
-        kernel or the block's close waits for)."""
+        all-to-all over ``dim`` on the cp-comm stream after that copy (labelled ``name``),
+        then each reorder on the compute stream after its all-to-all. The forward, the
+        backward and the recomputed forward (``cp_rerun``) alike. Returns the last reorder's
+        id (what the kernel or the block's close waits for)."""
         rate = self.c.copy_rate
         self.wait += [d for d in deps if d is not None]
         sent = []
         for n in sizes:
             cp_ = self.compute(nl * side_copy_seconds(n, rate), kind, label, i, c)
-            sent.append(self.coll("cp-comm", "alltoall", dim, n, nl, "cp", f"A2A cp {label}",
+            sent.append(self.coll("cp-comm", "alltoall", dim, n, nl, "cp", f"{name} {label}",
                                   i, c, deps=(cp_,) if cp_ is not None else deps))
         last = None
         for n, a in zip(sizes, sent):
@@ -209,37 +210,38 @@ class LayerBlocks:
         forward block is: its non-attention part, then its attention core (``n`` times
         ``StageCosts.cp_rerun_attn``, at most ``secs``) with the forward's flows where the
         forward has them (``cp_ring.with_rerun`` prices the same): Transformer Engine's
-        all-to-all, Q/K/V before the core and O after it; a2a+p2p, Q/K/V over ``cpa``, the
-        ring over ``cpr`` (share ``1 - f`` beside the core, ``f`` after it), O over ``cpa``;
-        the ring, ``1 - f`` beside the core and ``f`` after it; the all-gather (``f`` 1), K/V
-        before the core. ``start``: what the rerun waits for; without a non-attention part
-        the exchange starts after it and the compute issued before it. The backward waits on
-        the exchange's last flow. Returns (the rerun's last compute, that flow)."""
+        all-to-all, Q/K/V before the core and O after it, call by call with their copies as
+        the forward's (``a2a_calls``; the copies, ``cp_a2a.pass_copy_seconds``, out of the
+        core); a2a+p2p, Q/K/V over ``cpa``, the ring over ``cpr`` (share ``1 - f`` beside the
+        core, ``f`` after it), O over ``cpa``; the ring, ``1 - f`` beside the core and ``f``
+        after it; the all-gather (``f`` 1), K/V before the core. ``start``: what the rerun
+        waits for; without a non-attention part the exchange starts after it and the compute
+        issued before it. The backward waits on the exchange's last flow (the all-to-all's:
+        its last reorder). Returns (the rerun's last compute, that flow)."""
         cs, prev = self.c, self.last_compute
         core = min(n * cs.cp_rerun_attn, secs)
-        other = self.compute(secs - core, "recompute", label, i, c)
+        a2a = cs.cp_a2a or cs.cp_hier
+        dim, qkv = ("cpa", cs.cp_qkv_bytes) if cs.cp_hier else ("cp", cs.cp_bytes)
+        # the all-to-alls' copies, out of the rerun's core as out of the forward's
+        copies = n * pass_copy_seconds(cs, qkv)[0] if a2a else 0.0
+        other = self.compute(secs - max(core, copies), "recompute", label, i, c)
         after = (other,) if other is not None else (*start, prev)
         vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
-        if cs.cp_a2a or cs.cp_hier:     # Q, K, V all-to-all'd before the core (and the ring),
-            # one call each, whole: the rerun's copies are in its core (``cp_a2a.exchange_waits``)
-            dim, qkv = ("cpa", cs.cp_qkv_bytes) if cs.cp_hier else ("cp", cs.cp_bytes)
-            pre = None
-            for x in cs.cp_qkv_parts:
-                pre = self.coll("cp-comm", "alltoall", dim, qkv * x, n, "cp",
-                                f"A2A cp rc {label}", i, c,
-                                deps=after if pre is None else (pre,)) or pre
-            self.wait += [pre] if pre is not None else []
+        if a2a:     # the forward's calls (``a2a_calls``: TE's rerun is the forward's code):
+            # Q, K, V before the core (and the ring), O after it
+            pre = self.a2a_calls([qkv * x for x in cs.cp_qkv_parts], n, dim, label, i, c,
+                                 "recompute", after, "A2A cp rc")
             if cs.cp_hier:
                 self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
-                          f"CP rc {label}", i, c, deps=(pre,) if pre is not None else after)
-            main = self.compute(core, "recompute", label, i, c)
-            last = (main,) if main is not None else (pre,) if pre is not None else after
+                          f"CP rc {label}", i, c, deps=(pre,))
+            main = self.compute(core - copies, "recompute", label, i, c)
+            last = (main,) if main is not None else (pre,)
             ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
                              f"CP rc {label}", i, c, deps=last) if cs.cp_hier else None
-            tail = self.coll("cp-comm", "alltoall", dim, cs.cp_out_bytes, n, "cp",
-                             f"A2A cp rc {label}", i, c,
-                             deps=(ring,) if ring is not None else last)
-        elif f >= 1:                    # the all-gather: K/V gathered before the core
+            tail = self.a2a_calls([cs.cp_out_bytes], n, dim, label, i, c, "recompute",
+                                  (ring,) if ring is not None else last, "A2A cp rc")
+            return tail, tail
+        if f >= 1:                      # the all-gather: K/V gathered before the core
             pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol, "cp",
                             f"CP rc {label}", i, c, deps=after)
             self.wait += [pre] if pre is not None else []

@@ -206,15 +206,14 @@ def exchange_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArray
     (``group_wait``): Q, K and V (``qkv`` bytes a rank sends, split by ``sc.cp_qkv_parts``)
     then O (``sc.cp_out_bytes``) forward; ``sc.cp_bwd_out`` outputs (dO, and the saved output
     where the release sends it again, ``cp_hier.bwd_out_tensors``) then dQ, dK, dV backward,
-    with its recomputed forwards' (``cp_ring.with_rerun``): the same four calls, each whole
-    (the rerun's copies sit inside the rerun op, before its exchange: §5.187's placement,
-    the simulator's ``cp_rerun``); 0 where ``cp`` is 1. Read by ``layer_waits`` and
-    ``cp_hier.layer_waits``."""
+    with its recomputed forwards' (``cp_ring.with_rerun``): the forward's wait again, since
+    Transformer Engine's rerun is the forward's code (the simulator's ``cp_rerun`` through
+    ``a2a_calls``, its copies out of the rerun's core); 0 where ``cp`` is 1. Read by
+    ``layer_waits`` and ``cp_hier.layer_waits``."""
     on = np.asarray(cp) > 1
     qkv_l = [qkv * x for x in sc.cp_qkv_parts]
     o, r = sc.cp_out_bytes, sc.copy_rate
     f = np.where(on, group_wait(t_a2a, qkv_l, r) + group_wait(t_a2a, [o], r), 0.0)
     b = np.where(on, group_wait(t_a2a, [o] * int(sc.cp_bwd_out), r)
                  + group_wait(t_a2a, qkv_l, r), 0.0)
-    rerun = np.where(on, group_wait(t_a2a, qkv_l + [o], 0.0), 0.0)
-    return f, with_rerun(sc, rerun, b)
+    return f, with_rerun(sc, f, b)

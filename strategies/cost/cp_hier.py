@@ -94,13 +94,15 @@ def layer_waits(t_a2a: Callable[[Num], Num], t_allgather: Num,
 
 
 def ring_record(sc: "StageCosts | StageCostArrays") -> "StageCosts | StageCostArrays":
-    """``sc`` with the attention cores the ring runs beside: ``attn_fwd``/``attn_bwd`` less
-    the all-to-all's copies (``cp_a2a.pass_copy_seconds``), which run before the ring's first
-    step and after its last (the simulator's ``LayerBlocks.hier_block`` the same); read by
+    """``sc`` with the attention cores the ring runs beside: ``attn_fwd``/``attn_bwd`` and
+    the recomputed forward's ``cp_rerun_attn`` less the all-to-all's copies
+    (``cp_a2a.pass_copy_seconds``), which run before the ring's first step and after its
+    last (the simulator's ``LayerBlocks.hier_block`` and ``cp_rerun`` the same); read by
     ``layer_waits`` and the ring's SM share (``cp_ring.layer_sm_extra``)."""
     c_f, c_b = cp_a2a.pass_copy_seconds(sc, sc.cp_qkv_bytes)
     return replace(sc, attn_fwd=np.maximum(sc.attn_fwd - c_f, 0.0),
-                   attn_bwd=np.maximum(sc.attn_bwd - c_b, 0.0))
+                   attn_bwd=np.maximum(sc.attn_bwd - c_b, 0.0),
+                   cp_rerun_attn=np.maximum(sc.cp_rerun_attn - c_f, 0.0))
 
 
 def check(m: ModelSpec, tp: int, cp: int, k: int) -> None:
