@@ -195,10 +195,12 @@ class LayerBlocks:
                              f"A2A cp rc {label}", i, c, deps=(pre,))
         elif cs.cp_hier:    # a2a+p2p: Q/K/V over cpa, the ring over cpr, O over cpa (§5.189)
             vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
-            pre = self.coll("cp-comm", "alltoall", "cpa", cs.cp_qkv_bytes, n, "cp",
-                            f"A2A cp rc {label}", i, c, deps=after)
+            # the ring's hidden share issued first: the cp-comm stream runs in order, so
+            # behind the all-to-all (which waits for ``rc``) it would run exposed after it
             self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
                       f"CP rc {label}", i, c, deps=start)
+            pre = self.coll("cp-comm", "alltoall", "cpa", cs.cp_qkv_bytes, n, "cp",
+                            f"A2A cp rc {label}", i, c, deps=after)
             ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
                              f"CP rc {label}", i, c, deps=(pre,) if pre is not None else after)
             tail = self.coll("cp-comm", "alltoall", "cpa", cs.cp_out_bytes, n, "cp",
