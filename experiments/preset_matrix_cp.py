@@ -97,8 +97,10 @@ def exchanges(comms: list[str | None], cp: int) -> list[dict[str, Any]]:
 
 def shapes(fw, layers: int, pp: int) -> list[tuple[str | None, int, int]]:
     """``(schedule, vpp, zero)`` the stack runs: ZeRO 1/2 with 1F1B, interleaved (the least
-    ``vpp`` dividing the stage's layers; layers not dividing by ``pp``: none) and the stack's
-    zero-bubble schedule; ZeRO-3 with no pipeline (schedule None)."""
+    ``vpp`` dividing the stage's layers; layers not dividing by ``pp``: none), interleaved
+    with the embedding and the loss counted as layers (``interleaved+acc``, the least ``vpp``
+    with ``pp·vpp`` dividing ``layers + 2``) and the stack's zero-bubble schedule; ZeRO-3 with
+    no pipeline (schedule None)."""
     def runs(s: str) -> bool:
         return fw is None or fw.schedule_for(s) in fw.schedules
     zeros = (1, 2, 3) if fw is None else tuple(z for z in (1, 2, 3) if z in fw.zero_stages)
@@ -107,10 +109,14 @@ def shapes(fw, layers: int, pp: int) -> list[tuple[str | None, int, int]]:
         if layers % pp == 0 else None
     zb = next((s for s in ("zb-h1", "zb-v") if runs(s)
                and (s != "zb-v" or layers % (2 * pp) == 0)), None)   # V: two chunks a stage
+    # the embedding and the loss counted as layers (uneven chunks, 397fe4f's plan family)
+    acc = next((v for v in range(2, 9) if (layers + 2) % (pp * v) == 0), None)
     for z in (z for z in zeros if z < 3):
         out.append((fw.runnable_schedule("1f1b") if fw else "1f1b", 1, z))
         if vpp and runs("interleaved"):
             out.append(("interleaved", vpp, z))
+        if acc and runs("interleaved"):
+            out.append(("interleaved+acc", acc, z))
         if zb:
             out.append((zb, 2 if zb == "zb-v" else 1, z))
     if 3 in zeros:
@@ -137,8 +143,10 @@ def lc_plan(model, fw, cp: int, tp: int, sched, vpp: int, zero: int, rec: str,
     m = 4 * pp if pp > 1 else 4
     plan: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "mbs": 1, "gbs": dp * m}
     if pp > 1:
-        plan["schedule"] = sched
-        if model.num_layers % pp:       # DeepSeek-V3's 61: the first stage one layer fewer
+        plan["schedule"] = sched.removesuffix("+acc")
+        if sched.endswith("+acc"):
+            plan.update(vpp=vpp, account_embedding="true", account_loss="true")
+        elif model.num_layers % pp:       # DeepSeek-V3's 61: the first stage one layer fewer
             plan["first_stage_layers"] = model.num_layers // pp
             plan["last_stage_layers"] = model.num_layers - model.num_layers // pp
         if vpp > 1 and sched == "interleaved":
@@ -163,10 +171,12 @@ def refusal_problem(c: Call) -> list[str]:
     return [] if REFUSAL.match(line) else [f"refusal without field=value: rule: {line[:200]!r}"]
 
 
-def estimate(key, seq: int, plan: dict[str, Any], gpus_gib: float) -> Call:
+def estimate(key, seq: int, plan: dict[str, Any], gpus_gib: float, dtype: str = "bf16"
+             ) -> Call:
     model, cluster, stack = key
     c = call(["estimate", "--model", model, "--cluster", cluster,
               *([] if stack == "-" else ["--framework", stack]), "--seq-len", str(seq),
+              *([] if dtype == "bf16" else ["--dtype", dtype]),
               "--plan", text(plan), "--json"])
     check_exit(c)
     c.problems += refusal_problem(c)
@@ -197,6 +207,9 @@ def run_estimates(models: list[str], repeat_every: int) -> list[tuple[tuple, Cal
             if probe.rc != 0:
                 continue
             shp = shapes(fw, model.num_layers, 2)
+            # fp8 on a third of the Blackwell rows where the stack runs it (397fe4f's was)
+            dtypes = ("bf16", "bf16", "fp8") if cl.gpu.name.startswith("B200") and (
+                fw is None or "fp8" in fw.precisions) else ("bf16",)
             recs = recomputes(fw)
             for cp in CPS:
                 for exch in exchanges(stack_comms(fw), cp):
@@ -205,10 +218,11 @@ def run_estimates(models: list[str], repeat_every: int) -> list[tuple[tuple, Cal
                     sched, vpp, zero = rng.choice(shp)
                     plan = lc_plan(model, fw, cp, tp, sched, vpp, zero, rng.choice(recs),
                                    exch, cl.num_gpus)
-                    c = estimate(key, SEQ_PER_CP * cp, plan, gib)
+                    dtype = rng.choice(dtypes)
+                    c = estimate(key, SEQ_PER_CP * cp, plan, gib, dtype)
                     rows.append((key, c))
                     if fw is not None and exch.get("cp_comm") == "p2p" and fw.cp_impl == "ring":
-                        rows[-1][1].problems += same_as_own(key, SEQ_PER_CP * cp, plan, c, gib)
+                        c.problems += same_as_own(key, SEQ_PER_CP * cp, plan, c, gib, dtype)
                     if repeat_every and len(rows) % repeat_every == 0 and \
                             not same_bytes(c, call(c.argv), ("wall_s",)):
                         c.problems.append("not deterministic: a second call differs")
@@ -217,10 +231,11 @@ def run_estimates(models: list[str], repeat_every: int) -> list[tuple[tuple, Cal
     return rows
 
 
-def same_as_own(key, seq: int, plan: dict[str, Any], c: Call, gib: float) -> list[str]:
+def same_as_own(key, seq: int, plan: dict[str, Any], c: Call, gib: float, dtype: str
+                ) -> list[str]:
     """``cp_comm=p2p`` on a stack whose own exchange is the ring prices as naming none."""
     bare = {k: v for k, v in plan.items() if k != "cp_comm"}
-    o = estimate(key, seq, bare, gib)
+    o = estimate(key, seq, bare, gib, dtype)
     if c.data is None or o.data is None:
         return [] if c.rc == o.rc else [f"cp_comm=p2p exits {c.rc}, the stack's own {o.rc}"]
     out = []
