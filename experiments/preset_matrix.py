@@ -29,8 +29,11 @@ runs, with recomputation, ZeRO and schedules drawn; long-context searches under 
 whose top plans are estimated and simulated by their keys; a sample of the estimates
 simulated contention-free against the estimate (its docstring says what fails).
 Prints a table per command and a summary (``--markdown`` for docs/reports/preset_matrix.md).
+Wall: the main section took 467 s on one idle core before the search's K/V exchange axis;
+at load 7 on 2 cores the whole run took 2932 s, the long-context section 206 s of it, two
+searches on hgx-h800:256 under megatron-core 363 s and 488 s (docs/reports/preset_matrix.md).
 
-    python experiments/preset_matrix.py                      # all of it, ~10 min on 1 core
+    python experiments/preset_matrix.py                      # all of it (wall: below)
     python experiments/preset_matrix.py --long-context only --models llama3-8b --lc-searches 2
     python experiments/preset_matrix.py --models llama3-8b --clusters dgx-h100:2 --search 2
     python experiments/preset_matrix.py --markdown > docs/reports/preset_matrix.md
