@@ -23,9 +23,18 @@ when:
   ``execution`` left out: docs/cli.md says they vary).
 
 Refusals (exit 2 with one line naming field, value and rule) are counted, not failures.
+Then (``--long-context on``, the default; ``only`` runs it alone) the long-context section,
+``experiments/preset_matrix_cp.py``: estimates at cp 2/4/8 under each K/V exchange a stack
+runs, with recomputation, ZeRO and schedules drawn; long-context searches under named stacks
+whose top plans are estimated and simulated by their keys; a sample of the estimates
+simulated contention-free against the estimate (its docstring says what fails).
 Prints a table per command and a summary (``--markdown`` for docs/reports/preset_matrix.md).
+Wall: the main section took 467 s on one idle core before the search's K/V exchange axis;
+at load 7 on 2 cores the whole run took 2932 s, the long-context section 206 s of it, two
+searches on hgx-h800:256 under megatron-core 363 s and 488 s (docs/reports/preset_matrix.md).
 
-    python experiments/preset_matrix.py                      # all of it, ~17 min on 1 core
+    python experiments/preset_matrix.py                      # all of it (wall: below)
+    python experiments/preset_matrix.py --long-context only --models llama3-8b --lc-searches 2
     python experiments/preset_matrix.py --models llama3-8b --clusters dgx-h100:2 --search 2
     python experiments/preset_matrix.py --markdown > docs/reports/preset_matrix.md
 """
@@ -220,11 +229,13 @@ def same_bytes(a: Call, b: Call, drop: tuple[str, ...]) -> bool:
     return json.dumps(da) == json.dumps(db)
 
 
-def agrees_with_estimate(key: tuple[str, str, str], d: dict[str, Any]) -> list[str]:
-    """The search's top plan against ``estimate`` of its own key: the same analytic step time
-    and peak memory (one cost model, read by both)."""
+def agrees_with_estimate(key: tuple[str, str, str], d: dict[str, Any],
+                         extra: list[str] | None = None) -> list[str]:
+    """The search's top plan against ``estimate`` of its own key (``extra``: the search's
+    other inputs, e.g. ``--seq-len``): the same analytic step time and peak memory (one cost
+    model, read by both)."""
     top = d["plans"][0]
-    e = call(["estimate", *base_args(*key), "--plan", top["key"], "--global-batch",
+    e = call(["estimate", *base_args(*key), *(extra or []), "--plan", top["key"], "--global-batch",
               str(d["inputs"]["global_batch"]), "--json"])
     if e.data is None:
         return [f"estimate of the top plan {top['key']} exits {e.rc}: {e.err.strip()[-200:]}"]
@@ -290,6 +301,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="run every N-th estimate twice and compare the bytes (25)")
     ap.add_argument("--repeat-search", type=int, default=2,
                     help="searches run twice and compared (2)")
+    ap.add_argument("--long-context", choices=("on", "off", "only"), default="on",
+                    help="the long-context section (experiments/preset_matrix_cp.py): on "
+                         "(default), off, or only it")
+    ap.add_argument("--lc-searches", type=int, default=None,
+                    help="long-context searches, an even sample (default all of them)")
+    ap.add_argument("--lc-simulate", type=int, default=30,
+                    help="long-context estimates also simulated contention-free (30)")
     ap.add_argument("--markdown", action="store_true", help="Markdown tables")
     ap.add_argument("--failures-only", action="store_true", help="list failing rows only")
     ap.add_argument("--records", default=None, metavar="FILE",
@@ -308,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
 
     est: list[tuple[tuple[str, str, str], Call]] = []
-    for mi, mname in enumerate(models):
+    for mi, mname in enumerate(models if a.long_context != "only" else []):
         model = MODEL_PRESETS[mname]
         for cname in clusters:
             cl = parse_cluster_arg(cname)
@@ -329,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # searches: an even sample of the combinations (at the estimate's global batch)
     srch: list[tuple[tuple[str, str, str], Call]] = []
-    for key, ec in spread(est, a.search):
+    for key, ec in spread(est, a.search if a.long_context != "only" else 0):
         gbs = next(v for k, v in zip(ec.argv, ec.argv[1:]) if k == "--plan").split("gbs=")[1]
         gbs = gbs.split(",")[0]
         c = call(["search", *base_args(*key), "--global-batch", gbs, "--top", "1",
@@ -367,12 +385,27 @@ def main(argv: list[str] | None = None) -> int:
         sims.append((key, c, ratio))
         print(f"simulate {key}: rc {c.rc} {c.wall_s:.1f} s", file=sys.stderr)
 
+    lc = None
+    if a.long_context != "off":
+        from experiments import preset_matrix_cp as pmc
+        lc_est = pmc.run_estimates(models, a.repeat_every)
+        lc_srch, lc_sims = pmc.run_searches(pmc.SEARCHES if a.lc_searches is None else
+                                            spread(list(pmc.SEARCHES), a.lc_searches))
+        lc = (lc_est, lc_srch, lc_sims + pmc.simulate_sample(lc_est, a.lc_simulate))
     if a.records:
         with open(a.records, "w", encoding="utf-8") as f:
-            for _, c in [*est, *srch, *((k, c) for k, c, _ in sims)]:
+            for _, c in [*est, *srch, *((k, c) for k, c, _ in sims),
+                         *(() if lc is None else [*lc[0], *lc[1],
+                                                  *((r[0], r[1]) for r in lc[2])])]:
                 f.write(json.dumps({"argv": c.argv, "rc": c.rc, "wall_s": round(c.wall_s, 4),
                                     "stderr": c.err, "problems": c.problems}) + "\n")
-    print(render(est, srch, sims, a.markdown, a.failures_only, time.perf_counter() - t_all))
+    text = render(est, srch, sims, a.markdown, a.failures_only, time.perf_counter() - t_all,
+                  a.long_context != "only")
+    if lc is not None:
+        from experiments.preset_matrix_cp import render_lc
+        text += ("\n\n" if text else "") + render_lc(*lc, a.markdown, a.failures_only, tab_fn(
+            a.markdown), summary)
+    print(text)
     return 0
 
 
@@ -382,7 +415,8 @@ def status(c: Call) -> str:
     return {0: "ok", 2: "refused"}.get(c.rc, f"rc {c.rc}")
 
 
-def render(est, srch, sims, md: bool, failures_only: bool, wall: float) -> str:
+def tab_fn(md: bool):
+    """A table renderer: Markdown, or aligned plain text."""
     def tab(head, rows):
         if md:
             return "\n".join(["| " + " | ".join(head) + " |",
@@ -393,14 +427,21 @@ def render(est, srch, sims, md: bool, failures_only: bool, wall: float) -> str:
             [len(h) for h in head]
         return "\n".join("  ".join(str(x).ljust(n) for x, n in zip(r, w)).rstrip()
                          for r in [head, ["-" * n for n in w], *rows])
+    return tab
 
-    def summary(name, calls):
-        n = len(calls)
-        cnt = {s: sum(1 for c in calls if status(c) == s) for s in ("ok", "refused", "FAIL")}
-        walls = sorted(c.wall_s for c in calls) or [0.0]
-        return [name, n, cnt["ok"], cnt["refused"], cnt["FAIL"],
-                f"{walls[len(walls) // 2]:.3f}", f"{walls[-1]:.3f}"]
 
+def summary(name: str, calls: list[Call]) -> list:
+    """A summary row: calls, ok, refused, failures, median and max wall seconds."""
+    n = len(calls)
+    cnt = {s: sum(1 for c in calls if status(c) == s) for s in ("ok", "refused", "FAIL")}
+    walls = sorted(c.wall_s for c in calls) or [0.0]
+    return [name, n, cnt["ok"], cnt["refused"], cnt["FAIL"],
+            f"{walls[len(walls) // 2]:.3f}", f"{walls[-1]:.3f}"]
+
+
+def render(est, srch, sims, md: bool, failures_only: bool, wall: float,
+           main_section: bool = True) -> str:
+    tab = tab_fn(md)
     out = []
     h = "### " if md else ""
     if md:
@@ -408,7 +449,9 @@ def render(est, srch, sims, md: bool, failures_only: bool, wall: float) -> str:
         out += ["# Preset matrix: every preset model x preset clusters x stacks, end to end", "",
                 f"Made by `{cmd} > docs/reports/preset_matrix.md` (what it checks: the script's "
                 "docstring; wall times depend on the host).", ""]
-    out.append(f"{h}Summary ({wall:.0f} s wall)")
+    if not main_section:
+        return "\n".join(out + [f"{h}Wall: {wall:.0f} s (the long-context section only)"])
+    out.append(f"{h}Summary ({wall:.0f} s wall, both sections)")
     out.append(tab(["command", "calls", "ok", "refused (exit 2)", "failures", "median s",
                     "max s"],
                    [summary("estimate", [c for _, c in est]),

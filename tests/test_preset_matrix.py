@@ -167,3 +167,81 @@ def test_stack_defaults_refuse_only_models_the_stack_would_run_otherwise_unmodel
     assert refused == ({(m, "torchtitan", "recompute") for m in mamba}
                        | {(m, fw, "flash_attn") for m in dsv4
                           for fw in ("megatron-lm-2021", "megatron-deepspeed")})
+
+
+def test_long_context_exchanges_name_each_hierarchical_size():
+    from experiments import preset_matrix_cp as lc
+    assert lc.exchanges(list(lc.ALL_COMMS), 8) == [
+        {"cp_comm": "p2p"}, {"cp_comm": "all_gather"}, {"cp_comm": "a2a"},
+        {"cp_comm": "a2a+p2p", "hierarchical_cp": 2},
+        {"cp_comm": "a2a+p2p", "hierarchical_cp": 4}]
+    assert lc.exchanges(list(lc.ALL_COMMS), 2)[-1] == {"cp_comm": "a2a"}   # no 1 < k < 2
+    assert lc.stack_comms(get_profile("torchtitan")) == [None]      # its own ring only
+    assert lc.exchanges([None], 4) == [{}]
+
+
+def test_long_context_shapes_are_what_the_stack_runs():
+    """ZeRO-3 only without a pipeline; the zero-bubble schedule the stack runs (torchtitan's
+    ZB-V needs two chunks a stage); no interleaving where no vpp divides the stage."""
+    from experiments import preset_matrix_cp as lc
+    tt = lc.shapes(get_profile("torchtitan"), 32, 2)
+    assert ("zb-v", 2, 2) in tt and (None, 1, 3) in tt and all(z != 1 for _, _, z in tt)
+    assert all(s is None for s, _, z in tt if z == 3)
+    mc = lc.shapes(get_profile("megatron-core"), 35, 2)     # 35 layers: no pp=2 split
+    assert {s for s, _, _ in mc} == {"1f1b", None}
+    assert ("zb-h1", 1, 1) in lc.shapes(None, 61, 2)          # DeepSeek-V3's 61: not ZB-V
+
+
+def test_long_context_checks_catch_what_they_claim():
+    from experiments import preset_matrix_cp as lc
+    ok = pm.Call(["estimate"], 2, "", "paraplan: error: cp=8: cp must divide heads\n", 0.0)
+    bad = pm.Call(["estimate"], 2, "", "paraplan: error: something went wrong\n", 0.0)
+    assert lc.refusal_problem(ok) == []
+    assert lc.refusal_problem(bad)[0].startswith("refusal without field=value: rule")
+    sim = pm.Call(["simulate"], 0, '{"step_time_s": 1.03, "analytic_step_time_s": 1.0}', "",
+                  0.0)
+    assert lc.sim_problems(sim, 1.0, "dgx-h100:1") == (1.0, 1.03)
+    assert sim.problems == ["simulated 1.03 s vs estimate 1 s: +3.00 % (tolerance 1.5 %)"]
+    near = pm.Call(["simulate"], 0, '{"step_time_s": 1.01, "analytic_step_time_s": 1.0}', "",
+                   0.0)
+    lc.sim_problems(near, 1.0, "dgx-h100:1")
+    assert near.problems == []
+
+
+def test_long_context_slice_runs_clean(capsys):
+    """A slice of the section: one search under Megatron-Core at 32K (its top plans against
+    ``estimate`` of their keys, the top one simulated contention-free) and an a2a+p2p
+    estimate under selective recomputation; no failure, the exchange in the plan's echo."""
+    from experiments import preset_matrix_cp as lc
+    srch, sims = lc.run_searches((("gpt-1.7b", "dgx-h100:1", "megatron-core", 32768, 8,
+                                   "tp=2,pp=1,cp=4,mbs=1,zero=1,cp_comm=a2a+p2p"),))
+    assert [c.rc for _, c in srch] == [0] and not srch[0][1].problems
+    assert "hierarchical_cp=2" in srch[0][1].data["plans"][0]["key"]
+    assert len(sims) == 1 and not sims[0][1].problems and sims[0][3] is not None
+    plan = lc.lc_plan(pm.MODEL_PRESETS["gpt-1.7b"], get_profile("megatron-core"), 4, 2,
+                      "1f1b", 1, 1, "selective", {"cp_comm": "a2a+p2p", "hierarchical_cp": 2},
+                      16)
+    c = lc.estimate(("gpt-1.7b", "dgx-h100:2", "megatron-core"), 65536, plan, 80.0)
+    assert c.rc == 0 and not c.problems
+    assert '"cp_comm": "a2a+p2p",\n      "hierarchical_cp": 2,' in c.out
+
+
+def test_stack_without_context_parallelism_refuses_a_kv_exchange(capsys):
+    """HAI-LLM (no context parallelism) inherited Megatron-Core's four K/V exchanges: a plan
+    naming ``cp_comm=a2a`` ran and ``--fix cp_comm=a2a`` searched, under a stack that runs no
+    exchange at all. Now refused naming the field, the value and the rule (exit 2), as the
+    other stacks without CP are, and a profile giving both is refused when built."""
+    import dataclasses
+    base = ["--model", "llama3-8b", "--cluster", "dgx-h100:1", "--framework"]
+    for stack in ("hai-llm", "megatron-deepspeed"):
+        assert get_profile(stack).cp_comms == ()
+        rc, err = err_of(capsys, "estimate", *base, stack, "--plan",
+                         "tp=1,cp=1,mbs=1,gbs=16,cp_comm=a2a")
+        assert rc == 2 and err.count("\n") == 1
+        assert f"cp_comm='a2a': {stack} has no context parallelism: no cp_comm" in err
+    rc, err = err_of(capsys, "search", *base, "hai-llm", "--global-batch", "16", "--fix",
+                     "cp_comm=a2a", "--top", "1", "--workers", "1", "--reference", "none")
+    assert rc == 2 and "--fix='cp_comm=a2a': hai-llm has no context parallelism" in err
+    with pytest.raises(SpecError, match=r"framework.cp_comms=\('p2p',\): a stack without "
+                                        r"context parallelism"):
+        dataclasses.replace(get_profile("hai-llm"), cp_comms=("p2p",))

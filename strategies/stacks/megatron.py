@@ -190,7 +190,7 @@ HAI_LLM = replace(
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
     hybrid_zero=(),
-    context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
+    context_parallel=False, cp_comms=(), tp_comm_overlap=False, ep_overlap=False,
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,

@@ -172,4 +172,8 @@ def check_profile(fw: "FrameworkProfile") -> None:
     check_choices("framework.schedules", fw.schedules, schedule_names())
     check_choices("framework.moe_dispatchers", fw.moe_dispatchers, DISPATCHERS)
     check_choices("framework.cp_comms", fw.cp_comms, CP_COMMS)
+    if fw.cp_comms and not fw.context_parallel:
+        raise SpecError("framework.cp_comms", fw.cp_comms,
+                        "a stack without context parallelism (context_parallel false) lets a "
+                        "plan choose no K/V exchange: give ()")
 

@@ -153,6 +153,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("cp_comm", cpc, np.isin(cpc, runs),
                   lambda: who + (f"runs cp_comm {', '.join(comms)} (Megatron-Core's "
                                  f"--cp-comm-type{why_a2a})" if fw.cp_comms else
+                                 "has no context parallelism: no cp_comm"
+                                 if not fw.context_parallel else
                                  f"runs context parallelism only its own way (cp_impl "
                                  f"{fw.cp_impl}): no cp_comm")))
     return rules
