@@ -13,12 +13,17 @@ Each search runs in its own process (``paraplan search --json``), as a user woul
         # before the affine extension) and without (the default)
     python experiments/bench_search.py --workers 2 --schedules all
         # the search with every schedule (zero-bubble family, DualPipe(V)) enumerated
+    python experiments/bench_search.py --case long-context --workers 2 --repeat 3
+        # Llama 3 8B at 131,072 tokens on one DGX H100 under Megatron-Core (every K/V
+        # exchange offered: the all-gather's grid schedule, attention_grid.list_schedule),
+        # the median of 3 printed; --case moe-long: Qwen3-30B-A3B at 32,768 tokens on 4 H100s
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 ARGS = ["search", "--model", "gpt3-175b", "--cluster", "dgx-a100:128", "--global-batch", "1536",
         "--json"]
+#: the searches timed (``--case``): the README's, and two long-context ones under a named stack
+CASES = {
+    "default": ARGS,
+    "long-context": ["search", "--model", "llama3-8b", "--cluster", "dgx-h100:8", "--seq-len",
+                     "131072", "--global-batch", "64", "--framework", "megatron-core", "--json"],
+    "moe-long": ["search", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100:4", "--seq-len",
+                 "32768", "--global-batch", "32", "--framework", "megatron-core", "--json"],
+}
 
 
 def scoring_rate(schedules: str = "default") -> dict:
@@ -46,12 +59,13 @@ def scoring_rate(schedules: str = "default") -> dict:
             "scoring_cpu_s": cpu, "raw_plans_per_s": sp.raw / wall}
 
 
-def search(workers: int, exact: bool = False, schedules: str = "default") -> dict:
+def search(workers: int, exact: bool = False, schedules: str = "default",
+           case: str = "default") -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     import resource
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "simulator.cli", *ARGS, "--workers",
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", *CASES[case], "--workers",
                           str(workers), "--schedules", schedules] + (["--exact"] if exact else []), cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - t0
@@ -80,9 +94,14 @@ def main() -> None:
     ap.add_argument("--scoring-only", action="store_true",
                     help="time the analytic scoring alone (this process's CPU seconds, "
                          "imports excluded), no search")
+    ap.add_argument("--case", choices=tuple(CASES), default="default",
+                    help="the search timed (default: GPT-3 175B on dgx-a100:128; the analytic "
+                         "scoring rate is timed for it alone)")
     ap.add_argument("--json", action="store_true", help="print a JSON record")
     args = ap.parse_args()
-    rate = scoring_rate(args.schedules)
+    rate = scoring_rate(args.schedules) if args.case == "default" else None
+    if args.scoring_only and rate is None:
+        ap.error("--scoring-only times the default case only")
     if args.scoring_only:
         print(json.dumps(rate) if args.json else
               f"analytic scoring ({args.schedules}): {rate['raw_plans']:,} plans enumerated, "
@@ -90,15 +109,16 @@ def main() -> None:
               f"({rate['scoring_wall_s']:.3f} s wall)")
         return
     modes = [True, False] if args.compare_exact else [False]
-    runs = [search(w, exact, args.schedules) for w in (args.workers or [2, 1]) for _ in range(args.repeat)
-            for exact in modes]
+    runs = [search(w, exact, args.schedules, args.case) for w in (args.workers or [2, 1])
+            for _ in range(args.repeat) for exact in modes]
     if args.json:
         print(json.dumps({"scoring": rate, "runs": runs, "cores": os.cpu_count()}, indent=2))
         return
-    print(f"schedules: {args.schedules}")
-    print(f"analytic scoring: {rate['raw_plans']:,} plans enumerated, {rate['feasible']:,} "
-          f"feasible, in {rate['scoring_wall_s']:.2f} s, {rate['scoring_cpu_s']:.2f} CPU s "
-          f"({rate['raw_plans_per_s']:,.0f} plans/s, including enumeration and pruning)")
+    print(f"case: {args.case} ({' '.join(CASES[args.case][1:-1])}); schedules: {args.schedules}")
+    if rate is not None:
+        print(f"analytic scoring: {rate['raw_plans']:,} plans enumerated, {rate['feasible']:,} "
+              f"feasible, in {rate['scoring_wall_s']:.2f} s, {rate['scoring_cpu_s']:.2f} CPU s "
+              f"({rate['raw_plans_per_s']:,.0f} plans/s, including enumeration and pruning)")
     print(f"\n{'workers':>7} {'mode':>8} {'wall s':>7} {'CPU s':>7} {'simulated':>9} "
           f"{'extended':>8} {'runs':>5}  best plan")
     for r in runs:
@@ -106,6 +126,14 @@ def main() -> None:
               f"{r['process_wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['simulated']:>9} "
               f"{r['extended']:>8} "
               f"{r['simulations_run']:>5}  {r['best']} ({r['best_step_s']:.3f} s)")
+    if args.repeat > 1:
+        for w in args.workers or [2, 1]:
+            for exact in modes:
+                rs = [r for r in runs if r["workers"] == w and r["exact"] == exact]
+                print(f"median of {len(rs)} ({w} workers, "
+                      f"{'exact' if exact else 'extended'}): "
+                      f"{statistics.median(r['process_wall_s'] for r in rs):.1f} s wall, "
+                      f"{statistics.median(r['cpu_s'] for r in rs):.1f} CPU s")
     for label, t in runs[0]["references"].items():
         print(f"reference {label}: {t:.3f} s ({100 * (t / runs[0]['best_step_s'] - 1):+.1f}% vs best)")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

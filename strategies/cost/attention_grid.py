@@ -176,6 +176,70 @@ def _lengths(order: str, tiles: int, cap: int) -> list[int]:
     return one if order == "head_asc" else one[::-1]
 
 
+def cta_times(lengths: list[int], k: int, c0: float) -> np.ndarray:
+    """Each CTA's time in tile-times, ``k·(x + c0)`` for ``x`` in ``lengths`` (useful tiles,
+    in the order taken; ``ctas_per_sm`` ``k``, fixed cost ``c0``): the floats
+    ``list_schedule`` adds."""
+    return k * (np.asarray(lengths, dtype=np.int64) + c0)
+
+
+def list_schedule(jobs: np.ndarray, slots: int) -> float:
+    """Makespan (the largest load) of the list schedule that puts each job (``jobs``, times
+    in order) on the least loaded of ``slots`` identical slots, all at 0 to start. Bit for
+    bit the one-job-at-a-time heap (``heapreplace(heap, heap[0] + time)``): the same float
+    additions on the same loads, several at once. A run of ``>= slots`` equal jobs ``t``
+    whose loads' spread is at most ``t`` (``max <= min + t``) goes in rounds, one job per
+    slot in sorted order (rounding is monotone, so ``fl(L_i + t) >= fl(L_0 + t) >= max``:
+    the order and the spread bound survive each round); other jobs in batches
+    (``_batches``)."""
+    w = np.asarray(jobs, dtype=float)
+    starts = np.flatnonzero(np.r_[True, w[1:] != w[:-1]])
+    ends = np.r_[starts[1:], len(w)]
+    long = ends - starts >= slots
+    loads = np.zeros(slots)
+    i = 0
+    for a, b in zip(starts[long].tolist(), ends[long].tolist()):
+        loads = _batches(loads, w[i:a])
+        i = a
+        t = w[a]
+        if loads[-1] <= loads[0] + t:
+            rounds, extra = divmod(b - a, slots)
+            for _ in range(rounds):
+                loads += t
+            loads[:extra] += t
+            loads.sort()
+            i = b
+    return float(_batches(loads, w[i:])[-1])
+
+
+def _batches(loads: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Sorted ``loads`` after the list schedule of the job times ``w`` (``list_schedule``):
+    the next ``m <= slots`` jobs go one each to the ``m`` least loaded slots in order for as
+    long as every load they made is at least the next slot's (job ``i`` then finds the
+    sorted ``loads[i]`` the least, as the heap would); where fewer than 8 go so, the next
+    ``slots`` jobs go one at a time through a heap."""
+    slots = len(loads)
+    i, n = 0, len(w)
+    while i < n:
+        m = min(slots, n - i)
+        new = loads[:m] + w[i:i + m]
+        if m == 1 or new[:-1].min() >= loads[m - 1]:
+            p = m
+        else:
+            p = int(np.argmax(np.minimum.accumulate(new[:-1]) < loads[1:m])) + 1
+        if p < 8 < m:
+            heap = loads.tolist()           # a sorted list is a heap
+            for t in w[i:i + slots].tolist():
+                heapq.heapreplace(heap, heap[0] + t)
+            loads = np.sort(np.array(heap))
+            i += slots
+            continue
+        loads[:p] = new[:p]
+        loads.sort()
+        i += p
+    return loads
+
+
 @lru_cache(maxsize=4096)
 def makespan(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int = 0) -> float:
     """Tile-times (of one SM) the kernel's list schedule takes: ``groups`` (batch x heads) of
@@ -192,13 +256,10 @@ def makespan(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int = 0
     per_group = sum(one) + c0 * tiles
     run = min(groups, max(1, MAX_JOBS // tiles))
     if kernel.order == "lpt":
-        jobs = [x + c0 for x in sorted(one, reverse=True) for _ in range(run)]
+        jobs = np.repeat(cta_times(sorted(one, reverse=True), k, c0), run)
     else:
-        jobs = [x + c0 for _ in range(run) for x in one]
-    heap = [0.0] * min(slots, len(jobs))
-    for t in jobs:
-        heapq.heapreplace(heap, heap[0] + k * t)
-    return max(heap) + (groups - run) * per_group / sms
+        jobs = np.tile(cta_times(one, k, c0), run)
+    return list_schedule(jobs, min(slots, run * tiles)) + (groups - run) * per_group / sms
 
 
 @lru_cache(maxsize=4096)
@@ -339,13 +400,10 @@ def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: in
     for r in range(cp):
         one = [_gather_lengths(kernel.order, q, j, fwd) for j in (r, 2 * cp - 1 - r)]
         run = min(groups, max(1, MAX_JOBS // sum(map(len, one))))
-        heap = [0.0] * slots
-        for lengths in one:            # the first chunk's kernel, then the second's
-            for _ in range(run):
-                for x in lengths:
-                    heapq.heapreplace(heap, heap[0] + k * (x + c0))
+        # the first chunk's kernel, then the second's
+        jobs = np.concatenate([np.tile(cta_times(x, k, c0), run) for x in one])
         rest = (groups - run) * sum(sum(x) + c0 * len(x) for x in one) / sms
-        worst = max(worst, max(heap) + rest)
+        worst = max(worst, list_schedule(jobs, slots) + rest)
     return useful / sms / worst
 
 
