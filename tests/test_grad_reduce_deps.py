@@ -61,8 +61,9 @@ def test_each_reduce_scatter_waits_for_its_backward(plan, label):
         # (each a call of one layer's gradients: repeat 1, 1/LAYERS of the stage's bytes)
         assert sum(o.repeat for o in rs) == pytest.approx(LAYERS * mbs, rel=1e-12)
     else:
-        # every micro-batch: the LM head's, each layer's and the embedding's bucket
-        assert len(rs) == (LAYERS + 2) * mbs
+        # every micro-batch: the LM head's, each layer's two (its MLP's, 176M parameters,
+        # then its attention's, 42M: each above the 40M bucket) and the embedding's bucket
+        assert len(rs) == (2 * LAYERS + 2) * mbs
         assert len({p.id for p in producers}) == len(rs)
     # simulated: each reduce-scatter starts no earlier than its producer ends (one record per
     # op, in stream order)

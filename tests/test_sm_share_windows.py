@@ -109,9 +109,11 @@ def _small(plan: str, nodes: int = 1, model=LLAMA8, cl: str = "dgx-h100"):
 # ZeRO-1's charge: estimate/simulation 1.065 (1.829 / 1.718 ms) without the fused QKV split's
 # passes and 1.108 (1.995 / 1.801 ms) with them (§5.167: its forward copies enter the
 # estimate's forward window whole, the simulation overlaps part of them; not traced, §6):
-# measured by switching ``FrameworkProfile.qkv_split`` off on this job, so 0.12 here
+# measured by switching ``FrameworkProfile.qkv_split`` off on this job; since the simulator
+# launches a bucket where its last gradient is ready, inside a layer (§5.192), the
+# simulation's charge is 1.757 ms (1.136; not traced), so 0.14 here
 @pytest.mark.parametrize("plan,rel", [("zero=3,gbs=32", 0.05), ("tp=2,zero=3,gbs=32", 0.05),
-                                      ("zero=1,gbs=32", 0.12)])
+                                      ("zero=1,gbs=32", 0.14)])
 def test_window_charge_matches_the_simulation(plan, rel):
     """ZeRO-3 per pass and the distributed optimizer's reductions and overlapped gathers: the
     estimate's charge (on − off) within ``rel`` of the simulation's, and the two steps on

@@ -91,6 +91,12 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
             else:
                 rc.add(secs)
         wg.add(nl * g["layer_wgrad"])
+        # a bucket closing with the block's last layer's MLP: the work before that layer's
+        # attention, then the rest (``LayerBlocks._lead_split``, ``Passes.wgrad``, §5.192)
+        w = float(sc.layer_lead_work[i])
+        gemm = layer_b - g["attn_bwd"]
+        tail_w = min(nl * g["layer_wgrad"], (1.0 - w) * g["layer_wgrad"])
+        wg.update({nl * g["layer_wgrad"] - tail_w, tail_w})
         # SP's re-gathers that outlast their data-gradient GEMMs: those GEMMs carved out of
         # the backward block first (``ProgramBuilder.regather``), the rest after them
         carved = 0.0
@@ -122,6 +128,9 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
                 out.update({secs - attn, attn})
             else:
                 out.add(secs)
+        o, core = (rest - nl * g["attn_bwd"], 0.0) if p.cp > 1 else (rest, g["attn_bwd"])
+        tail = min(o, max(0.0, (1.0 - w) * gemm + core))
+        bwd.update({o - tail, tail})
     which = "first" if stage == 0 else "last" if stage == p.pp - 1 else "mid"
     e_b, e_w, h_b, h_w = (float(getattr(sc, k)[i]) for k in (
         "embedding_bwd", "embedding_wgrad", "head_bwd", "head_wgrad"))

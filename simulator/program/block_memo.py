@@ -45,7 +45,8 @@ class BlockMemo:
         stamped for the other micro-batches."""
         ext = (*self.wait, self.last_compute)
         if (not self.stamp_blocks or self.hidden is not None or self.lead_a2a
-                or self.defer_dw != 0 or self._reduce != _NO_REDUCE or None in ext):
+                or self.defer_dw != 0 or self._reduce != _NO_REDUCE or None in ext
+                or self.lead_cut is not None):
             return self._build_block(fwd, items, label, i, c)
         key = (fwd, id(items), c, tuple(map(ext.index, ext)))
         memo = self._stamps

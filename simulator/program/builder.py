@@ -127,8 +127,12 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                                          [x.layer_params for x in self.chunk[c]],
                                          rule.chunk_bucketed(self.stage, c, self.mirrored
                                                              or bool(self.sched.splits_backward),
-                                                             self.every_mb))
+                                                             self.every_mb),
+                                         [x.layer_lead_params for x in self.chunk[c]])
                         for c in chunks}
+        # the buckets that close with the lead (MLP) of the backward block's last layer,
+        # reduced from inside that block (``Passes.lead_cut``); None outside such a block
+        self.lead_cut: Callable[[], None] | None = None
         # the last micro-batch through each chunk (its backward completes the gradients)
         self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}
         self.pending_buckets: list = []

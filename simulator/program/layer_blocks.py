@@ -95,7 +95,9 @@ class LayerBlocks:
             secs -= self.reduce_split(nl, secs)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
-            other = self.compute(secs - attn, kind, label, i, c)
+            rest = secs - attn if fwd else self._lead_split(secs - attn, items, label, i, c,
+                                                            0.0)
+            other = self.compute(rest, kind, label, i, c)
             if cs.cp_a2a:
                 return self.a2a_block(fwd, items, label, i, c, start, other, attn)
             if cs.cp_hier:
@@ -128,8 +130,28 @@ class LayerBlocks:
             self._close_block(fwd, items, label, i, c, start, main, ring=tail)
             return main
         else:
+            if not fwd:
+                secs = self._lead_split(secs, items, label, i, c, 1.0)
             main = self.compute(secs, kind, label, i, c, force=True)
         return self._close_block(fwd, items, label, i, c, start, main)
+
+    def _lead_split(self, secs: float, items: list[tuple], label: str, i: int, c: int,
+                    core: float) -> float:
+        """Where buckets close with the lead (MLP) of this backward block's last layer
+        (``lead_cut``): the block's work ``secs`` up to that layer's attention backward, then
+        their reductions; returns the seconds left (the layer's attention GEMMs' share of
+        its backward outside the core, ``1 - layer_lead_work``, plus ``core`` times its
+        attention core's, which ``secs`` holds when ``core`` is 1). docs/calibration.md
+        §5.192."""
+        cut, self.lead_cut = self.lead_cut, None
+        if cut is None:
+            return secs
+        x = items[-1][1]
+        gemm = x.layer_bwd - self.split * x.layer_wgrad - x.attn_bwd
+        rest = min(secs, max(0.0, (1.0 - x.layer_lead_work) * gemm + core * x.attn_bwd))
+        self.compute(secs - rest, "backward", label, i, c)
+        cut()
+        return rest
 
     def a2a_calls(self, sizes: list, nl: float, dim: str, label: str, i: int, c: int,
                   kind: str, deps: tuple, name: str = "A2A cp") -> int | None:

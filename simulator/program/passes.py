@@ -76,8 +76,12 @@ class Passes:
                                  self.gran == "layer" or by_layer or z3)
         done = 0
         for nl, items in zip(counts, self.segments(c, counts, True)):
+            lead = pos + 2 * nl - 1     # after the lead (MLP) of the block's last layer
+            if live_in and todo and todo[0][0] < lead:
+                self.lead_cut = lambda: self._launch(todo, lead, True, final)
             main = self.block(False, items, label, i, c)
-            pos += nl
+            self.lead_cut = None
+            pos += 2 * nl               # each layer: its lead, then its attention
             todo = self._launch(todo, pos, live_in, final)
             done += nl
             if z3:
@@ -132,9 +136,16 @@ class Passes:
         counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer" or z3)
         done = 0
         for nl, items in zip(counts, self.segments(c, counts, True)):
-            main = self.compute(chunk_sum(items, lambda x: x.layer_wgrad), "wgrad", label, i, c,
-                                force=z3)
-            pos += nl
+            secs, lead = chunk_sum(items, lambda x: x.layer_wgrad), pos + 2 * nl - 1
+            if live and not z3 and todo and todo[0][0] < lead:
+                # buckets that close with the last layer's lead (MLP): its attention's
+                # weight gradients after them (``LayerBlocks._lead_split``)
+                x = items[-1][1]
+                rest = min(secs, (1.0 - x.layer_lead_work) * x.layer_wgrad)
+                self.compute(secs - rest, "wgrad", label, i, c)
+                todo, secs = self._launch(todo, lead, live, final), rest
+            main = self.compute(secs, "wgrad", label, i, c, force=z3)
+            pos += 2 * nl               # each layer: its lead, then its attention
             todo = self._launch(todo, pos, live, final)
             done += nl
             if z3:

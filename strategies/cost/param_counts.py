@@ -32,6 +32,31 @@ def layer_params_split(m: ModelSpec, tp: Num, ep: Num,
     return (m.layer_params() - experts - rep) / tp + rep, experts / (etp * ep)
 
 
+def layer_lead_split(m: ModelSpec, tp: Num, ep: Num,
+                     etp: Num | None = None) -> tuple[Num, float]:
+    """``(parameters on one GPU, share of the GEMM work)`` of the mean layer's MLP with its
+    norm: what a layer's backward completes before its attention's (Megatron-Core's
+    ``TransformerLayer`` runs the MLP then the attention, so the MLP's gradients are ready
+    first and the QKV projection's, with the input norm's, last). The share is of the
+    layer's GEMM work a token passes through (top-k experts only): attention and MLP GEMMs
+    scale with the weights they multiply. A hybrid model's layer is one block (``(0, 0)``:
+    its gradients complete at its end). The rest of ``layer_params_split`` (attention,
+    input norm, MLA's replicated down projections) is the layer's trailing part."""
+    if m.is_hybrid:
+        return 0.0 * np.asarray(tp, dtype=float), 0.0
+    counts = {k: n for k, n in m.layer_counts().items() if n}
+    total = sum(counts.values())
+    mlp = sum(n * m.mlp_params(k) for k, n in counts.items()) / total
+    idle = sum(n * (m.layer_params(k) - m.active_layer_params(k))
+               for k, n in counts.items()) / total
+    rest = m.layer_params() - mlp - m.norm_params()      # attention, input norm (and extras)
+    rep = m.tp_replicated_params()
+    dense, expert = layer_params_split(m, tp, ep, etp)
+    lead = dense + expert - ((rest - rep) / tp + rep)
+    work = (mlp + m.norm_params() - idle) / (m.layer_params() - idle)
+    return lead, float(work)
+
+
 def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
                      etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module

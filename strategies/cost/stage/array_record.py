@@ -36,6 +36,11 @@ class KindCostArrays:
     # block partial recompute (``recompute_cap`` > 0): one recomputed layer of this kind's
     # extra forward (``StageCosts.chunk_recompute_comm`` prices a chunk's layers by kind)
     layer_recompute_each: np.ndarray = 0.0
+    # the layer's MLP with its norm, whose gradients its backward completes before the
+    # attention's (``param_counts.layer_lead_split``): parameters on one GPU and share of the
+    # GEMM work; 0 (an MTP module): the layer's gradients complete together at its end
+    layer_lead_params: np.ndarray = 0.0
+    layer_lead_work: np.ndarray = 0.0
 
 
 
@@ -156,6 +161,9 @@ class StageCostArrays:
     expert_params_first: np.ndarray = 0.0
     expert_params_mid: np.ndarray = 0.0
     expert_params_last: np.ndarray = 0.0
+    # the mean layer's lead (``KindCostArrays.layer_lead_params``, ``layer_lead_work``)
+    layer_lead_params: np.ndarray = 0.0
+    layer_lead_work: np.ndarray = 0.0
     # sequence parallelism's backward re-gathers (``FrameworkProfile.sp_regather``): the bytes
     # of one (the forward all-gather's; 0 where none runs) and, per kind of re-gather, the
     # mean layer's share of it and the data-gradient GEMM seconds it overlaps

@@ -58,6 +58,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
         gather_by_stage=tuple(stage("gather", s) for s in range(pp)),
         expert_params_by_stage=tuple(stage("expert_params", s) for s in range(pp)),
+        layer_lead_params=f("layer_lead_params"), layer_lead_work=f("layer_lead_work"),
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
         tied_bytes=f("tied_bytes"),

@@ -76,6 +76,7 @@ def kind_arrays(mk: ModelSpec, si: StageInputs) -> KindCostArrays:
                                                    P.hierarchical_cp)
     dense_p, expert_p = param_counts.layer_params_split(mk, tp, ep, etp)
     mk_f, mk_b = blocking_small(mk, si)
+    lead_p, lead_w = param_counts.layer_lead_split(mk, tp, ep, etp)
     return KindCostArrays(
         layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b),
         layer_wgrad=full(ltk.wgrad),
@@ -84,7 +85,8 @@ def kind_arrays(mk: ModelSpec, si: StageInputs) -> KindCostArrays:
         ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, si.load,
                                                                     si.disp) * si.dedup_bytes, 0.0)
         + si.zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
-        layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)))
+        layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)),
+        layer_lead_params=full(lead_p), layer_lead_work=full(lead_w))
 
 
 def kinds_by_name(si: StageInputs, head: tuple) -> dict[str, KindCostArrays]:
@@ -152,4 +154,5 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
         layer_recompute=rep(layer.layer_recompute), attn_fwd=rep(layer.attn_fwd),
         attn_bwd=rep(layer.attn_bwd), ep_bytes=rep(layer.ep_bytes),
         layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp),
-        layer_recompute_each=rep(layer.layer_recompute_each))
+        layer_recompute_each=rep(layer.layer_recompute_each),
+        layer_lead_params=full(0.0), layer_lead_work=full(0.0))

@@ -29,6 +29,8 @@ class KindCosts:
     layer_params: float
     expert_params: float
     layer_recompute_each: float = 0.0
+    layer_lead_params: float = 0.0      # KindCostArrays.layer_lead_params
+    layer_lead_work: float = 0.0
 
 
 
@@ -107,6 +109,8 @@ class StageCosts:
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
     expert_params_by_stage: tuple[float, ...] = ()
+    layer_lead_params: float = 0.0      # StageCostArrays.layer_lead_params
+    layer_lead_work: float = 0.0
     rg_bytes: float = 0.0               # SP backward re-gathers (StageCostArrays)
     rg_attn_n: float = 1.0
     rg_attn: float = 0.0
