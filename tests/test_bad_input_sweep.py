@@ -158,6 +158,10 @@ BROKEN = [
      ["--plan='tp=2,,mbs=1'", "an empty item"]),
     ("search-fix-empty-item", [*SEARCH, "--fix", "tp=2,,mbs=1"], {},
      ["--fix='tp=2,,mbs=1'", "an empty item"]),
+    # docs24: a blank --fix (an unset shell variable) searched the whole space, exit 0
+    ("search-fix-blank", [*SEARCH, "--fix", ""], {}, ["--fix=''", "is empty"]),
+    ("whatif-fix-blank", ["whatif", *A100, "--global-batch", "16", "--fix", " ",
+                          "--vary", "inter_node_gbps=25,400"], {}, ["--fix=''", "is empty"]),
     ("csv-without-csv-extension", [*SEARCH, "--csv", "{d}/r.txt"], {},
      ["--csv=", "r.txt", "ending with .csv"]),
     ("resume-a-missing-results-file", [*SEARCH, "--results", "{d}/r.jsonl", "--resume"], {},

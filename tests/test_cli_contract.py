@@ -89,6 +89,19 @@ def test_every_command_takes_json_and_help(capsys):
         assert rc == 0 and out.startswith(f"usage: paraplan {name}")
 
 
+def test_help_names_what_docs_cli_md_states(capsys):
+    """The help of the plan inputs names the rules docs/cli.md states: the K/V exchange keys
+    and the blank/empty-item refusal of --plan, the exchange axis of search, --csv's .csv."""
+    for name in ("estimate", "simulate", "compare"):
+        _, out, _ = run(capsys, name, "--help")
+        text = " ".join(out.split())
+        assert "cp_comm, hierarchical_cp" in text and "blank --plan exits 2" in text, name
+    _, out, _ = run(capsys, "search", "--help")
+    text = " ".join(out.split())
+    assert "(cp_comm p2p, all_gather, a2a, a2a+p2p with hierarchical_cp)" in text
+    assert "FILE must end with .csv" in text and "cp=8,cp_comm=a2a" in text
+
+
 def test_defaults_of_the_shared_inputs():
     ns = build_parser().parse_args(["estimate", *GPT, "--plan", "gbs=8"])
     assert (ns.dtype, ns.seq_len, ns.global_batch, ns.json) == ("bf16", None, None, False)

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 from experiments.doc_commands import (ROOT, Command, _argv, _parse_error, doc_files, extract,
-                                      run_one)
+                                      main, run_one)
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +117,12 @@ def test_the_runner_runs_as_a_script_without_pythonpath():
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     assert "paraplan presets" in r.stdout and "fragment" in r.stdout   # the parser ran
+
+
+def test_match_keeps_only_the_commands_that_hold_the_text(capsys):
+    """--match re-runs a run's failures alone: each TEXT keeps the commands holding it."""
+    assert main(["--list", "--match", "--model gpt-1t --cluster dgx-a100:1",
+                 "--match", "cp_comm=a2a --framework jax-xla"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("2 distinct commands (2 shown), 2 to run"), out
+    assert "[expect 2]" in out and "gpt-1t" in out and "jax-xla" in out

@@ -85,10 +85,11 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
     help (the command applies it)."""
     note = "" if required else " (default {})"
     p.add_argument("--model", required=required, default=None if required else DEFAULT_MODEL,
-                   action=Once, metavar="M", help="preset name, HuggingFace config.json, or "
-                   "YAML file" + note.format(DEFAULT_MODEL))
+                   action=Once, metavar="M", help="preset name, HuggingFace config.json (or its "
+                   "folder), or a YAML/JSON file of model fields" + note.format(DEFAULT_MODEL))
     p.add_argument("--cluster", required=required, default=None if required else DEFAULT_CLUSTER,
-                   action=Once, metavar="C", help="PRESET:NODES (dgx-a100:128) or a YAML file"
+                   action=Once, metavar="C", help="PRESET:NODES (dgx-a100:128), presets joined by "
+                   "+ (dgx-h100:4+dgx-a100:4), or a YAML/JSON file"
                    + note.format(DEFAULT_CLUSTER))
     p.add_argument("--seq-len", type=positive_int("--seq-len", MAX_SEQ), default=None,
                    action=Once, metavar="N",
@@ -115,10 +116,15 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                         "of its bandwidth; repeatable")
 
 
+#: the shared ``--plan`` input, as docs/cli.md's shared inputs state it
+PLAN_HELP = ("key=value,... (tp, pp, cp, ep, mbs, gbs, schedule, recompute, sp, zero, cp_comm, "
+             "hierarchical_cp, ...: docs/cli.md, --plan) or a YAML/JSON file with the same keys; "
+             "an empty item (tp=2,,gbs=8, a comma at either end) or a blank --plan exits 2")
+
+
 def add_plan_inputs(p: argparse.ArgumentParser) -> None:
     add_model_cluster(p)
-    p.add_argument("--plan", required=True, action=Once, metavar="P",
-                   help="key=value,... or a YAML file with the same keys")
+    p.add_argument("--plan", required=True, action=Once, metavar="P", help=PLAN_HELP)
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

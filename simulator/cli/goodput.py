@@ -36,7 +36,8 @@ def register(sub) -> None:
                        "the Young/Daly interval, goodput and the cost of N tokens.")
     add_model_cluster(p)
     p.add_argument("--plan", action=Once, default=None, metavar="P",
-                   help="key=value,... or a YAML file (default: the plan a search recommends, "
+                   help="key=value,... or a YAML/JSON file, as estimate's --plan (default: the "
+                        "plan a search recommends, "
                         "which needs --global-batch)")
     p.add_argument("--tokens", required=True, action=Once, metavar="N",
                    help="tokens to train (integer; 15e12 style is accepted)")

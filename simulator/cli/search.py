@@ -51,13 +51,18 @@ def register(sub) -> None:
     p = sub.add_parser("search", help="rank the parallel plans of a model on a cluster",
                        description="Enumerate the plans, prune, score them analytically, "
                                    "simulate in order of a lower bound until the top-k is "
-                                   "exact, and recommend the simplest plan near the best.")
+                                   "exact, and recommend the simplest plan near the best. "
+                                   "Under a named --framework that lets a plan choose it, the "
+                                   "context-parallel K/V exchange (cp_comm p2p, all_gather, a2a, "
+                                   "a2a+p2p with hierarchical_cp) is explored for plans with "
+                                   "cp > 1.")
     add_model_cluster(p, required=False, global_batch_default=DEFAULT_GLOBAL_BATCH)
     g = p.add_argument_group("space")
     g.add_argument("--fix", action=Once, default=None, metavar="K=V,...",
-                   help="fix dimensions, e.g. tp=8,schedule=1f1b")
+                   help="fix dimensions, e.g. tp=8,schedule=1f1b or cp=8,cp_comm=a2a (the keys "
+                        "of --plan less gbs)")
     g.add_argument("--plan", action=Once, default=None, metavar="P",
-                   help="the shared --plan input: key=value,... or a YAML file; its keys are "
+                   help="the shared --plan input: key=value,... or a YAML/JSON file; its keys are "
                         "fixed as with --fix, and gbs is the global batch")
     g.add_argument("--hybrid", action="store_true",
                    help="also search hybrid sharding: dp_shard over one node's ranks and "
@@ -109,7 +114,8 @@ def register(sub) -> None:
                    "(default: only when stderr is a terminal)")
     o = p.add_argument_group("output")
     add_json(o)
-    o.add_argument("--csv", action=Once, default=None, metavar="FILE", help="write the top plans as CSV")
+    o.add_argument("--csv", action=Once, default=None, metavar="FILE",
+                   help="write the top plans as CSV (FILE must end with .csv)")
     add_export(o, "print the launch settings of the recommended plan")
     o.add_argument("--save-plan", action=Once, default=None, metavar="F.yaml",
                    help="write the recommended plan as a plan file (.yaml, .yml or .json) "
@@ -267,7 +273,7 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
             raise CliError("--plan", raw.strip(), "is not a key a search can fix; keys: gbs, "
                            + ", ".join(FIX_KEYS))
     try:
-        return parse_fix(",".join(fixed)), gbs
+        return (parse_fix(",".join(fixed)) if fixed else {}), gbs
     except SpecError as e:
         raise CliError("--plan", e.value, e.rule) from None
 

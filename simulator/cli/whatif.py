@@ -56,7 +56,8 @@ def register(sub) -> None:
                         "at its TDP for the whole step)")
     g = p.add_argument_group("space (the same for every variant)")
     g.add_argument("--fix", action=Once, default=None,
-                   help="fix dimensions, e.g. tp=8,schedule=1f1b")
+                   help="fix dimensions, e.g. tp=8,schedule=1f1b or cp=8,cp_comm=a2a (the keys "
+                        "of --plan less gbs)")
     g.add_argument("--plan", action=Once, default=None, metavar="P",
                    help="the shared --plan input (key=value,... or a plan file, e.g. from "
                         "search --save-plan): its keys are fixed in every variant as with "

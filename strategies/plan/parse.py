@@ -227,7 +227,8 @@ def plan_items(text: str, field: str = "plan") -> list[str]:
     skipped, as an empty plan file is: SpecError on ``field``."""
     text = str(text).strip()
     if not text:
-        raise SpecError(field, text, "is empty: give key=value,... (e.g. tp=8) or a plan file")
+        raise SpecError(field, text, "is empty: give key=value,... (e.g. tp=8)"
+                        + ("" if field == "--fix" else " or a plan file"))
     items = [p.strip() for p in text.split(",")]
     if "" in items:
         raise SpecError(field, text, "has an empty item (two commas together, or one at "

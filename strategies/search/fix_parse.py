@@ -30,7 +30,7 @@ def parse_fix(text: str | None) -> dict[str, Any]:
     >>> parse_fix("tp=8,schedule=interleaved:3,sp=true")
     {'tp': 8, 'schedule': 'interleaved', 'vpp': 3, 'sp': True}
     """
-    if not text:
+    if text is None:                          # no --fix; a blank one is refused, as --plan ''
         return {}
     out: dict[str, Any] = {}
     for item in plan_items(text, "--fix"):     # an empty item refused, as in a plan
