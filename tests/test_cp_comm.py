@@ -5,9 +5,6 @@ all-gather path's HBM passes and working set as closed forms, its kernels' grid
 the plan syntax and file round trip. docs/calibration.md §5.134."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -23,9 +20,9 @@ from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan, plan_from_mapping
 from strategies.plan_file import plan_file_text, read_plan_file
 from strategies.presets import model_preset
+from tests.fuzz_profile import run_cli
 from topologies.cluster import cluster_preset
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 L405 = model_preset("llama3-405b")          # 8 KV heads, 128 query heads, head dim 128
 
 
@@ -160,11 +157,10 @@ def test_stack_without_it_refuses() -> None:
     with pytest.raises(SpecError, match=r"cp_comm='all_gather': torchtitan runs context "
                                         r"parallelism only its own way"):
         _job("tp=2,cp=4,mbs=1,gbs=4,zero=3,cp_comm=all_gather", framework="torchtitan")
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "llama3-8b", "--cluster", "dgx-h100:2", "--framework", "torchtitan",
-                        "--plan", "tp=4,cp=2,gbs=8,cp_comm=all_gather"],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2
-    err = r.stderr.strip()
+    rc, _, err = run_cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:2",
+                          "--framework", "torchtitan", "--plan",
+                          "tp=4,cp=2,gbs=8,cp_comm=all_gather"])
+    assert rc == 2
+    err = err.strip()
     assert len(err.splitlines()) == 1
     assert "cp_comm='all_gather'" in err and "torchtitan" in err and "no cp_comm" in err

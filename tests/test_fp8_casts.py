@@ -1,8 +1,6 @@
 """Low-precision training: what each recipe casts, what a cast moves, where it is charged
 (strategies/cost/quantise.py, topologies/precision.py), and the power rule of the Blackwell
 catalog entries (topologies/gpus/catalog.py). Closed forms to floating-point precision."""
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.reference.entry_specs import entry_dtype
+from tests.fuzz_profile import run_cli
 from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
 from topologies.gpus import get_gpu, gpu_from_mapping, gpu_to_mapping
@@ -179,16 +178,12 @@ def test_precision_texts_and_custom_gpus():
 
 
 def test_cli_runs_blockwise_fp8():
-    out = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                          "llama3-8b", "--cluster", "dgx-h100:1", "--plan",
-                          "tp=2,pp=1,gbs=16", "--dtype", "fp8-blockwise"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    bad = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                          "llama3-8b", "--cluster", "dgx-a100:1", "--plan",
-                          "tp=2,pp=1,gbs=16", "--dtype", "fp8-blockwise"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and "fp8" in bad.stderr and "Traceback" not in bad.stderr
+    rc, _, err = run_cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1",
+                          "--plan", "tp=2,pp=1,gbs=16", "--dtype", "fp8-blockwise"])
+    assert rc == 0, err
+    rc, _, err = run_cli(["estimate", "--model", "llama3-8b", "--cluster", "dgx-a100:1",
+                          "--plan", "tp=2,pp=1,gbs=16", "--dtype", "fp8-blockwise"])
+    assert rc == 2 and "fp8" in err and "Traceback" not in err
 
 
 def test_nvfp4_producer_cannot_fuse_the_post_hadamard_amax():

@@ -3,9 +3,8 @@ the casts of each GEMM in closed form, the layer's sum, bf16 gathers, async TP's
 all-gathers, the stacks that refuse it, the reference reader, and estimate against the
 contention-free simulation."""
 import json
-import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from strategies.reference.cases import case_from_entry
 from strategies.reference.entry_specs import entry_dtype
 from strategies.stacks.pytorch import TORCHTITAN
 from strategies.stacks.variants import TORCHTITAN_COMPILE
+from tests.fuzz_profile import run_cli
 from tests.tp_backward_checks import SIM_CASES, bound, tp_job
 from topologies.gpus import get_gpu
 from topologies.precision import get_precision
@@ -101,9 +101,11 @@ def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> Non
     assert e > tw          # more casts, bf16 gathers
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True)
+def _cli(*args: str) -> SimpleNamespace:
+    """``paraplan args`` in this process (``run_cli``): returncode, stdout, stderr. The
+    process's own exit status and stderr are tests/test_cli_errors.py's."""
+    rc, out, err = run_cli(list(args))
+    return SimpleNamespace(returncode=rc, stdout=out, stderr=err)
 
 
 @pytest.mark.parametrize("framework", ["megatron-core", "nemo", "jax-xla", "pytorch-eager"])

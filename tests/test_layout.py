@@ -3,8 +3,6 @@ embedding and loss slots, first/last stage layers, and per-chunk costs by layer 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from strategies.layout.grammar import layout_text
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.schedules.analysis import simulate_free_comm
+from tests.fuzz_profile import run_cli
 from topologies.cluster import cluster_preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,13 +116,11 @@ def test_mtp_must_follow_every_layer():
 
 
 def test_bad_layout_exits_2_naming_field_value_and_rule():
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
-                        "tp=2,pp=4,gbs=32,layout=Et*6|t*6|t*8|t*5L"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "layout" in r.stderr and "Et*6|t*6|t*8|t*5L" in r.stderr
-    assert "num_layers=24" in r.stderr
+    rc, _, err = run_cli(["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2",
+                          "--plan", "tp=2,pp=4,gbs=32,layout=Et*6|t*6|t*8|t*5L"])
+    assert rc == 2 and "Traceback" not in err
+    assert "layout" in err and "Et*6|t*6|t*8|t*5L" in err
+    assert "num_layers=24" in err
 
 
 # ----------------------------------------------------------------------------- the NeMo recipe
@@ -278,22 +275,18 @@ def test_mtp_counted_in_model_flops():
 
 
 def test_layout_in_json_and_text_reports():
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
-                        "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2,first_stage_layers=2,"
-                        "last_stage_layers=2", "--json"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    lay = json.loads(r.stdout)["inputs"]["layout"]
+    argv = ["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
+            "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2,first_stage_layers=2,"
+            "last_stage_layers=2"]
+    rc, out, err = run_cli([*argv, "--json"])
+    assert rc == 0, err
+    lay = json.loads(out)["inputs"]["layout"]
     assert lay["layers_per_stage"] == [2, 10, 10, 2] and lay["source"] == "first/last"
-    t = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
-                        "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2,first_stage_layers=2,"
-                        "last_stage_layers=2"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    rc, t_out, err = run_cli(argv)
+    assert rc == 0, err
     text = job("gpt-1.7b", A100x2, "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2,"
                "first_stage_layers=2,last_stage_layers=2").layout.text
-    assert parse_layout(text)[1] == ("t",) * 5 and f"layout  {text}" in t.stdout
+    assert parse_layout(text)[1] == ("t",) * 5 and f"layout  {text}" in t_out
 
 
 def test_yaml_plan_file_takes_megatron_names(tmp_path):
