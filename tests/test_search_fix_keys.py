@@ -83,8 +83,18 @@ def test_fixed_modules_reach_the_estimate_and_memory():
 
 def test_more_than_core_attn_is_not_redundant_with_flash():
     """FlashAttention recomputes the scores already: selective ``core_attn`` with it is pruned
-    as redundant, ``core_attn+mlp`` is not."""
-    assert _space("recompute_modules=core_attn").size == 0
+    as redundant from a free search, ``core_attn+mlp`` is not; a selective plan the user fixes
+    (``recompute=selective``, ``recompute_modules=core_attn``) is kept: the search answers
+    with it rather than with no plan."""
+    free = enumerate_space(DENSE, CL, 64, SpaceOptions(**OPTS))
+    sel = np.asarray(free.arrays.recompute) == RECOMPUTE_CODE["selective"]
+    assert free.size > 0 and not (sel & np.asarray(free.arrays.flash_attn, dtype=bool)).any()
+    assert free.pruned["redundant"] > 0
+    for text in ("recompute_modules=core_attn", "recompute=selective"):
+        sp = _space(text)
+        assert sp.size > 0
+        assert (np.asarray(sp.arrays.recompute) == RECOMPUTE_CODE["selective"]).all()
+        assert np.asarray(sp.arrays.flash_attn, dtype=bool).all()
     assert _space("recompute_modules=core_attn+mlp").size > 0
     assert _space("recompute_modules=mlp").size > 0
 

@@ -159,12 +159,17 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         return np.where(c["cpc"] == 1 + CP_COMMS.index("a2a"), heads_ok(model, c["tp"], c["cp"]),
                         np.where(c["cpc"] == 1 + CP_COMMS.index("a2a+p2p"), hier, True))
 
+    # a selective plan the user asked for (``--fix recompute=selective`` or its modules) is
+    # not pruned as redundant: the answer is that plan, not an empty search
+    asked_selective = opts.fixed.get("recompute") == "selective" \
+        or "recompute_modules" in opts.fixed
+
     def redundant(c):
         # selective recompute of core_attn alone (the default modules) with FlashAttention
         scores_only = (c["rcm"] == 0) | (c["rcm"] == core) if "rcm" in c else True
-        return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
-            & ~((c["pp"] == 1) & (c["sched"] != default)) \
-            & ~((c["rc"] == 1) & c["flash"] & scores_only)
+        ok = ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
+            & ~((c["pp"] == 1) & (c["sched"] != default))
+        return ok if asked_selective else ok & ~((c["rc"] == 1) & c["flash"] & scores_only)
 
     return (
         ("fixed", lambda c: fixed_mask(c, opts.fixed)),
