@@ -174,7 +174,8 @@ def test_a_named_stacks_default_switch_stays_out_of_the_key():
     cl = cluster_preset("dgx-h100", 2)
     for text, inkey in (("", False), ("tp_comm_overlap=false", True)):
         sp = enumerate_space(MOE, cl, 256, SpaceOptions(max_mbs=1, layouts=False,
-                                                        fixed=parse_fix(text)), framework=fw)
+                                                        fixed=parse_fix(text) if text else {}),
+                                                        framework=fw)
         # the last row where the stack's TP overlap runs (tp > 1 with SP; the rows after it
         # may be the K/V exchange axis's, tests/test_search_cp_axis.py)
         i = int(np.flatnonzero((sp.cols["tp"] > 1) & sp.cols["sp"])[-1])
