@@ -6,6 +6,8 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from simulator.program.tensor_parallel import TP_TAG
 from strategies.cost.cp_a2a import pass_copy_seconds, side_copy_seconds
 from strategies.cost.cp_ring import PASS_VOLUME
@@ -148,9 +150,18 @@ class LayerBlocks:
             return secs
         x = items[-1][1]
         gemm = x.layer_bwd - self.split * x.layer_wgrad - x.attn_bwd
-        rest = min(secs, max(0.0, (1.0 - x.layer_lead_work) * gemm + core * x.attn_bwd))
-        self.compute(secs - rest, "backward", label, i, c)
-        cut()
+        return self.cut_at_lead(secs, (1.0 - x.layer_lead_work) * gemm + core * x.attn_bwd,
+                                "backward", label, i, c, cut)
+
+    def cut_at_lead(self, secs: float, rest: float, kind: str, label: str, i: int, c: int,
+                    launch: Callable[[], object]) -> float:
+        """``secs`` of ``kind`` compute cut where buckets close inside it: all but ``rest``
+        (clamped to ``[0, secs]``), then ``launch`` (their reductions); returns the seconds
+        left to run after them. The backward block's (``_lead_split``) and the split
+        backward's weight gradients (``Passes``) alike. docs/calibration.md §5.192."""
+        rest = min(secs, max(0.0, rest))
+        self.compute(secs - rest, kind, label, i, c)
+        launch()
         return rest
 
     def a2a_calls(self, sizes: list, nl: float, dim: str, label: str, i: int, c: int,
@@ -196,21 +207,36 @@ class LayerBlocks:
         nl = sum(n for n, _ in items)
         parts = [qkv * x for x in cs.cp_qkv_parts]
         outs = [cs.cp_out_bytes] * (1 if fwd else int(cs.cp_bwd_out))
-        pre_l, post_l = (parts, outs) if fwd else (outs, parts)
         copies = nl * pass_copy_seconds(cs, qkv)[0 if fwd else 1]
-        pre = self.a2a_calls(pre_l, nl, dim, label, i, c, kind,
-                             (other,) if other is not None else start)
-        if ring is not None:
-            self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, ring[0], "cp",
-                      f"CP {label}", i, c, deps=(pre,) if pre is not None else start)
-        main = self.compute(max(attn - copies, 0.0), kind, label, i, c, force=True)
-        after = main
-        if ring is not None:
-            after = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, ring[1], "cp",
-                              f"CP {label}", i, c, deps=(main,)) or main
-        tail = self.a2a_calls(post_l, nl, dim, label, i, c, kind, (after,))
+        main, tail = self._a2a_exchange(parts if fwd else outs, outs if fwd else parts, nl,
+                                        dim, max(attn - copies, 0.0), kind, label, i, c,
+                                        (other,) if other is not None else start, ring)
         self._close_block(fwd, items, label, i, c, start, main, ring=tail)
         return main
+
+    def _a2a_exchange(self, pre: list, post: list, nl: float, dim: str, core: float,
+                      kind: str, label: str, i: int, c: int, deps: tuple,
+                      ring: tuple | None = None, rerun: bool = False
+                      ) -> tuple[int | None, int | None]:
+        """An attention core of ``core`` seconds between two ``a2a_calls`` over ``dim`` (the
+        tensors ``pre`` before it and ``post`` after it, bytes a rank sends each; the first
+        after ``deps``), with a2a+p2p's ``ring`` (``(share beside, share after)`` of its
+        all-gathers over ``cpr``: beside the core after the first calls, after the core
+        before the second). The forward and backward blocks (``_a2a_around``) and the
+        recomputed forward (``cp_rerun``, ``rerun``: labelled ``rc``, the core not forced)
+        alike. Returns (the core's id, the last reorder's)."""
+        tag = " rc" if rerun else ""
+        first = self.a2a_calls(pre, nl, dim, label, i, c, kind, deps, f"A2A cp{tag}")
+        if ring is not None:
+            self.coll("cp-comm", "allgather", "cpr", self.c.cp_bytes, ring[0], "cp",
+                      f"CP{tag} {label}", i, c, deps=(first,) if first is not None else deps)
+        main = self.compute(core, kind, label, i, c, force=not rerun)
+        last = (main,) if main is not None else (first,)
+        if ring is not None:
+            r = self.coll("cp-comm", "allgather", "cpr", self.c.cp_bytes, ring[1], "cp",
+                          f"CP{tag} {label}", i, c, deps=last)
+            last = (r,) if r is not None else last
+        return main, self.a2a_calls(post, nl, dim, label, i, c, kind, last, f"A2A cp{tag}")
 
     def hier_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
                    start: tuple, other, attn: float) -> int:
@@ -251,17 +277,10 @@ class LayerBlocks:
         vol, f = n * PASS_VOLUME[True], cs.cp_exposed_fraction
         if a2a:     # the forward's calls (``a2a_calls``: TE's rerun is the forward's code):
             # Q, K, V before the core (and the ring), O after it
-            pre = self.a2a_calls([qkv * x for x in cs.cp_qkv_parts], n, dim, label, i, c,
-                                 "recompute", after, "A2A cp rc")
-            if cs.cp_hier:
-                self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * (1 - f), "cp",
-                          f"CP rc {label}", i, c, deps=(pre,))
-            main = self.compute(core - copies, "recompute", label, i, c)
-            last = (main,) if main is not None else (pre,)
-            ring = self.coll("cp-comm", "allgather", "cpr", cs.cp_bytes, vol * f, "cp",
-                             f"CP rc {label}", i, c, deps=last) if cs.cp_hier else None
-            tail = self.a2a_calls([cs.cp_out_bytes], n, dim, label, i, c, "recompute",
-                                  (ring,) if ring is not None else last, "A2A cp rc")
+            _, tail = self._a2a_exchange([qkv * x for x in cs.cp_qkv_parts], [cs.cp_out_bytes],
+                                         n, dim, max(core - copies, 0.0), "recompute", label,
+                                         i, c, after, (vol * (1 - f), vol * f)
+                                         if cs.cp_hier else None, rerun=True)
             return tail, tail
         if f >= 1:                      # the all-gather: K/V gathered before the core
             pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol, "cp",

@@ -139,11 +139,11 @@ class Passes:
             secs, lead = chunk_sum(items, lambda x: x.layer_wgrad), pos + 2 * nl - 1
             if live and not z3 and todo and todo[0][0] < lead:
                 # buckets that close with the last layer's lead (MLP): its attention's
-                # weight gradients after them (``LayerBlocks._lead_split``)
+                # weight gradients after them (``LayerBlocks.cut_at_lead``)
                 x = items[-1][1]
-                rest = min(secs, (1.0 - x.layer_lead_work) * x.layer_wgrad)
-                self.compute(secs - rest, "wgrad", label, i, c)
-                todo, secs = self._launch(todo, lead, live, final), rest
+                secs = self.cut_at_lead(secs, (1.0 - x.layer_lead_work) * x.layer_wgrad,
+                                        "wgrad", label, i, c,
+                                        lambda: self._launch(todo, lead, live, final))
             main = self.compute(secs, "wgrad", label, i, c, force=z3)
             pos += 2 * nl               # each layer: its lead, then its attention
             todo = self._launch(todo, pos, live, final)
