@@ -213,7 +213,9 @@ def exchange_waits(t_a2a: Callable[[Num], Num], sc: "StageCosts | StageCostArray
     on = np.asarray(cp) > 1
     qkv_l = [qkv * x for x in sc.cp_qkv_parts]
     o, r = sc.cp_out_bytes, sc.copy_rate
-    f = np.where(on, group_wait(t_a2a, qkv_l, r) + group_wait(t_a2a, [o], r), 0.0)
-    b = np.where(on, group_wait(t_a2a, [o] * int(sc.cp_bwd_out), r)
-                 + group_wait(t_a2a, qkv_l, r), 0.0)
+    w_qkv, w_o = group_wait(t_a2a, qkv_l, r), group_wait(t_a2a, [o], r)
+    n_out = int(sc.cp_bwd_out)      # the backward's outputs: dO alone is the forward's O call
+    w_dout = w_o if n_out == 1 else group_wait(t_a2a, [o] * n_out, r)
+    f = np.where(on, w_qkv + w_o, 0.0)
+    b = np.where(on, w_dout + w_qkv, 0.0)
     return f, with_rerun(sc, f, b)
