@@ -76,8 +76,27 @@ def _default_hangup() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+#: The commands print every thread's stack on SIGUSR1 (``simulator.cli.main``), which
+#: ``stopped`` asks for before it gives up on one that does not exit.
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), PARAPLAN_DEBUG_STACKS="1")
+
+
+def stopped(proc: subprocess.Popen, timeout: float, what: str) -> int:
+    """``proc``'s exit status once it ends within ``timeout`` seconds; else the test fails with
+    the process's Python stacks (where it hangs) and its group is killed."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"{what}: still running {timeout:g} s later; its stacks:\n"
+                    f"{proc.stderr.read()[-6000:]}")
+
+
 def start_search(results: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = ENV
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *ARGS, "--results",
                              str(results)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -110,12 +129,7 @@ def test_signal_stops_search_and_workers(tmp_path, sig):
     proc = start_search(results)
     t0 = time.monotonic()
     os.kill(proc.pid, getattr(signal, sig))
-    try:
-        rc = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        pytest.fail(f"{sig}: the search was still running 10 s later")
+    rc = stopped(proc, 10, sig)
     stopped_s = time.monotonic() - t0
     assert rc == 128 + getattr(signal, sig), proc.stderr.read()
     assert f"stopped by {sig}" in proc.stderr.read()
@@ -131,7 +145,7 @@ def test_ctrl_c_to_the_whole_group(tmp_path):
     results = tmp_path / "results.jsonl"
     proc = start_search(results)
     os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=10) == 130
+    assert stopped(proc, 10, "Ctrl-C") == 130
     assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"
     check_results(results)
 
@@ -168,9 +182,8 @@ def test_terminate_pool_ends_busy_workers_at_once():
 @pytest.mark.slow
 def test_sigterm_stops_validate_and_its_pool():
     """``validate --jobs 2`` (its own process pool) stops the same way."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", "validate", "--jobs", "2",
-                             "--json"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             "--json"], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     if not wait_for(lambda: len(children(proc.pid)) >= 2 or proc.poll() is not None, 60):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -179,6 +192,6 @@ def test_sigterm_stops_validate_and_its_pool():
     if proc.poll() is not None:
         pytest.skip("validate finished before its workers could be signalled")
     os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(timeout=10) == 143
+    assert stopped(proc, 10, "validate --jobs 2, SIGTERM") == 143
     assert "stopped by SIGTERM" in proc.stderr.read()
     assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"

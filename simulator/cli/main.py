@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from typing import Any, Sequence
 
@@ -83,6 +84,15 @@ def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
     return [a for a in argv if a != "--debug"], debug
 
 
+def _stacks_on_sigusr1() -> None:
+    """With ``PARAPLAN_DEBUG_STACKS=1``, SIGUSR1 prints every thread's Python stack on stderr
+    and the command goes on (``faulthandler``): how a command that does not stop is diagnosed
+    (tests/test_stopping.py sends it before giving up on a process)."""
+    if os.environ.get("PARAPLAN_DEBUG_STACKS") == "1" and hasattr(signal, "SIGUSR1"):
+        import faulthandler
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv, debug = _split_debug(sys.argv[1:] if argv is None else argv)
     try:
@@ -94,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "command", None):   # no command: the help, on stderr (bad input)
             parser.print_help(sys.stderr)
             return 2
+        _stacks_on_sigusr1()
         with stop_on_signals():
             return int(args.func(args) or 0)
     except Stopped as e:            # SIGINT, SIGTERM, SIGHUP: workers already stopped
