@@ -46,8 +46,9 @@ RULES: tuple[tuple[str, str], ...] = (
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
     ("framework", "the named software stack (--framework) cannot run it"),
     ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
-                  "a schedule with pp=1, selective recompute with FlashAttention, which "
-                  "already recomputes the attention scores)"),
+                  "a schedule with pp=1), or dominated by it (selective recompute of core "
+                  "attention alone with FlashAttention: the fused kernel keeps no score "
+                  "matrix, so it saves no memory, and its rerun makes the step slower)"),
     ("batch", "global batch is not a multiple of mbs*dp"),
     ("schedule", "pp*vpp does not divide the layers, or the schedule's own rules refuse the "
                  "plan (interleaving: pp>=2 and a multiple of pp micro-batches)"),
