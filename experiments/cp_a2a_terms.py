@@ -100,7 +100,8 @@ def calls() -> None:
 
 def agree() -> None:
     """The estimate and the contention-free simulation to 6 decimals (seconds) and their gap
-    (%) for this script's a2a plans and ``cp_hier_terms``' a2a+p2p ones (§5.191)."""
+    (%) for this script's a2a plans, ``cp_hier_terms``' a2a+p2p ones (§5.191) and, under
+    ``jax-xla`` (MaxText's K/V all-gather, §5.195), this script's plans without pp."""
     from experiments.cp_hier_terms import CASES as HIER, PLAN
     from simulator.simulate import simulate
     from strategies.estimate.scalar import estimate
@@ -109,18 +110,23 @@ def agree() -> None:
     from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
 
-    rows = [(name, cluster, f"{spec},cp_comm=a2a") for name, _, cluster, spec in CASES]
-    rows += [(name, "dgx-h100:2", PLAN.format(tp=tp) + f",cp_comm=a2a+p2p,hierarchical_cp={k}")
+    mc = "megatron-core"
+    rows = [(name, cluster, f"{spec},cp_comm=a2a", mc) for name, _, cluster, spec in CASES]
+    rows += [(name, "dgx-h100:2",
+              PLAN.format(tp=tp) + f",cp_comm=a2a+p2p,hierarchical_cp={k}", mc)
              for name, tp, comms in HIER for c in comms if c.startswith("a2a+p2p")
              for k in [c.split(":")[1]]]
-    for name, cluster, spec in rows:
+    # MaxText's K/V all-gather (jax-xla, its own exchange; §5.195), ZeRO-3 as its fsdp axis
+    rows += [(name, cluster, spec.replace("zero=1", "zero=3"), "jax-xla")
+             for name, _, cluster, spec in CASES if "pp=" not in spec]
+    for name, cluster, spec, fw in rows:
         name_c, nodes = cluster.split(":")
         job = make_job(model_preset(name).with_seq_length(65536),
-                       cluster_preset(name_c, int(nodes)), parse_plan(spec),
-                       framework="megatron-core")
+                       cluster_preset(name_c, int(nodes)), parse_plan(spec), framework=fw)
         e = estimate(job).step_time_s
         cf = simulate(job, network="contention-free").step_time_s
-        print(f"{name} {spec}: estimate {e:.6f} s, contention-free {cf:.6f} s, "
+        tag = "" if fw == mc else f" --framework {fw}"
+        print(f"{name} {spec}{tag}: estimate {e:.6f} s, contention-free {cf:.6f} s, "
               f"{100 * (cf - e) / e:+.4f} %")
 
 

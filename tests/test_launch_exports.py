@@ -194,6 +194,10 @@ def test_maxtext_fractional_per_device_batch_and_context():
     assert cfg["per_device_batch_size"] == 0.125   # 2 sequences over 16 GPUs per pass
     assert cfg["ici_context_parallelism"] == 2 and cfg["ici_tensor_parallelism"] == 4
     assert cfg["dcn_fsdp_parallelism"] == 2 and cfg["remat_policy"] == "minimal"
+    # the exchange the profile prices, stated (base.yml's default, §5.195); none without cp
+    assert cfg["context_parallel_strategy"] == "all_gather"
+    _, plain, _ = maxtext("llama3-8b", "dgx-h100", 2, "tp=4,mbs=1,gbs=16,zero=3")
+    assert "context_parallel_strategy" not in plain
 
 
 def test_maxtext_expert_parallel_moe_and_fp8():

@@ -159,6 +159,8 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     if p.recompute == "selective" and p.recompute_modules:
         cfg.update(custom_policy(p.recompute_modules))
     cfg["attention"] = "cudnn_flash_te" if p.flash_attn else "dot_product"
+    if p.cp > 1:    # the exchange the profile prices (JAX_XLA.cp_impl, docs/calibration.md §5.195)
+        cfg["context_parallel_strategy"] = "all_gather"
     if p.moe_capacity_factor is not None:
         cfg["capacity_factor"] = float(p.moe_capacity_factor)
     cfg.update(_model(job, notes))

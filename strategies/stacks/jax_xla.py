@@ -25,6 +25,14 @@ JAX_XLA = FrameworkProfile(
         recompute_source="MaxText e591f30cb src/maxtext/configs/base.yml:358 "
                          "remat_policy: 'full'"),
     group_microbatches=False,
+    # MaxText's context parallelism gathers K/V and reduce-scatters dK/dV (not a ring):
+    # context_parallel_strategy "all_gather" (MaxText e591f30cb src/maxtext/configs/
+    # base.yml:1201, types.py:1128) goes to Transformer Engine's DotProductAttention
+    # (attention cudnn_flash_te: layers/attention_op.py:2321, :2337), whose
+    # CPStrategy.ALL_GATHER (TE d0067d0 jax/cpp_extensions/attention.py:1797, :1915) gathers
+    # K/V, reorders them, runs one kernel per local query chunk and reduce-scatters dK/dV:
+    # strategies.cost.cp_allgather's rule (docs/calibration.md §5.195)
+    cp_impl="allgather",
     tp_comm_overlap=False, export="maxtext", layouts=(),
     sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled
     dgrad_overlap="none",   # nor what it overlaps: not read

@@ -66,7 +66,7 @@ from strategies.cost.cp_hier import TE_FIRST as HIER_TE_FIRST
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DISPATCHERS
-from strategies.plan.choices import CP_COMMS
+from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.validity import Rule
@@ -147,7 +147,9 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     first = {"a2a": A2A_TE_FIRST, "a2a+p2p": HIER_TE_FIRST}
     old = [c for c in fw.cp_comms if c in first and te is not None and te < first[c]]
     comms = [c for c in fw.cp_comms if c not in old]
-    runs = [0] + [1 + CP_COMMS.index(c) for c in comms]
+    # a stack's own exchange stated in plan terms is no choice (jax-xla: all_gather, §5.195)
+    own = [c for c in CP_COMMS if fw.context_parallel and CP_IMPL_OF[c] == fw.cp_impl]
+    runs = [0] + [1 + CP_COMMS.index(c) for c in comms + own]
     why_a2a = "".join(f"; {c} needs Transformer Engine >= {first[c][0]}.{first[c][1]}, "
                       f"it states {te[0]}.{te[1]}" for c in old)
     rules.append(("cp_comm", cpc, np.isin(cpc, runs),
@@ -156,7 +158,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                                  "has no context parallelism: no cp_comm"
                                  if not fw.context_parallel else
                                  f"runs context parallelism only its own way (cp_impl "
-                                 f"{fw.cp_impl}): no cp_comm")))
+                                 f"{fw.cp_impl}): no cp_comm"
+                                 + "".join(f" but {c}" for c in own))))
     return rules
 
 
