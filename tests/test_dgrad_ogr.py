@@ -5,10 +5,11 @@ tp-comm stream's order, but the data-parallel stream's queue. The gradient bucke
 reduced one after another on the dp-comm stream, each as soon as its layers' gradients are
 complete (``simulator.program.grad_buckets``: here one bucket per layer, the embedding's
 last). The estimate's exposed reduction is ``max(t_grad - window, t_edge)``: the whole
-reduction past the backward's compute, or the last bucket alone. Hiding the reductions
-shortens what follows the first layer's gradients (its blocking TP collectives and the
-embedding's backward) below that layer's bucket, so the bucket overruns the backward and
-delays the last one by the overrun, which neither term holds."""
+reduction past the backward's compute, or the last bucket alone (cut as the simulator cuts
+it, ``strategies.cost.bucket_cut``). Hiding the reductions shortens what follows the first
+layer's gradients (its blocking TP collectives and the embedding's backward) below that
+layer's bucket, so the bucket can overrun the backward and delay the last one by the
+overrun, which neither term holds."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -44,26 +45,28 @@ def _tail(job):
 
 
 @pytest.mark.parametrize("fw", [ASYNC, OFF], ids=["async", "blocking"])
-def test_gap_is_the_last_buckets_attention(fw) -> None:
+def test_gap_is_the_last_buckets_overrun(fw) -> None:
     """The simulation's step exceeds the estimate by exactly the penultimate bucket's
-    overrun past the backward's end plus the first layer's attention in the last bucket
-    (1e-9): Megatron-Core closes a bucket only once it holds 40M parameters, so the first
-    layer's attention (10.5M at tp 4, after its MLP's 44M bucket) joins the embedding's
-    bucket, which the estimate's edge charges alone (§5.192). The penultimate bucket (that
-    MLP's, launched inside the first layer's backward) ends before the backward does: no
-    overrun, with or without the asynchronous reduce-scatters."""
+    overrun past the backward's end (1e-12): Megatron-Core closes a bucket only once it
+    holds 40M parameters, so the first layer's attention (10.5M at tp 4, after its MLP's 44M
+    bucket) joins the embedding's bucket, which the estimate's edge now holds too (one cut,
+    ``bucket_cut``, §5.193; the estimate charged the embedding alone before, 0.117 ms short).
+    The penultimate bucket (that MLP's, launched inside the first layer's backward) ends
+    before the backward does: no overrun, with or without the asynchronous
+    reduce-scatters."""
     job = tp_job(SPEC, fw=fw)
     c = stage_costs(job)
     step, prev, last, end = _tail(job)
     e = estimate(job).step_time_s
     overrun = max(0.0, prev.end - end)
     assert last.start == pytest.approx(max(end, prev.end), abs=1e-12)
-    t_emb = float(cm.dp_collective_time("allreduce", c.grad_bytes, c.embedding_params, 0.0,
-                                        4, 1, 2, 1, 1, job.cluster))
-    extra = (last.end - last.start) - t_emb
-    assert step - e == pytest.approx(overrun + extra, rel=1e-9, abs=1e-12)
+    t_last = float(cm.dp_collective_time("allreduce", c.grad_bytes, c.embedding_params
+                                         + c.layer_params - c.layer_lead_params, 0.0,
+                                         4, 1, 2, 1, 1, job.cluster))
+    assert last.end - last.start == pytest.approx(t_last, rel=1e-12)
+    assert step - e == pytest.approx(overrun, abs=1e-12)
     assert c.layer_lead_params > c.bucket_params > c.layer_params - c.layer_lead_params
-    assert overrun == 0.0 and extra > 0.0
+    assert overrun == 0.0
 
 
 def test_without_grad_overlap_the_two_agree() -> None:

@@ -2,7 +2,8 @@
 
 Parameters are registered in backward order (the output layer first, then the layers from
 last to first, then the embedding); a bucket is closed as soon as it holds at least
-``bucket_params`` parameters (the stack's rule at the plan's dp, ``SystemConfig.dp_bucket_params``:
+``bucket_params`` parameters (``strategies.cost.bucket_cut``, the rule the estimate's
+windows read too; the stack's size at the plan's dp, ``SystemConfig.dp_bucket_params``:
 Megatron-Core ``max(40M, 1M x dp)``, NeMo 2 128 Mi; docs/calibration.md §5.86). A layer is two
 items, in its backward's order: its MLP with its norm (``layer_lead_params``: gradients
 complete before the attention's backward) then the rest (attention, input norm, whose QKV
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strategies.cost.bucket_cut import chunk_items, greedy_buckets
+
 
 @dataclass(frozen=True)
 class ChunkBuckets:
@@ -36,19 +39,6 @@ class ChunkBuckets:
     head: bool
     embedding: bool
     buckets: tuple[tuple[int, float], ...]
-
-
-def greedy_buckets(items: list[float], size: float) -> tuple[tuple[int, float], ...]:
-    """Close a bucket once it holds ``size`` parameters; the remainder forms the last one."""
-    out, acc = [], 0.0
-    for idx, n in enumerate(items):
-        acc += n
-        if acc >= size:
-            out.append((idx, acc))
-            acc = 0.0
-    if acc > 0:
-        out.append((len(items) - 1, acc))
-    return tuple(out)
 
 
 def chunk_buckets(costs, first: bool, last: bool, layers: int,
@@ -65,9 +55,9 @@ def chunk_buckets(costs, first: bool, last: bool, layers: int,
     emb = first and costs.embedding_params > 0
     total = [costs.layer_params] * layers if params is None else list(params)
     lead = [0.0] * layers if leads is None else list(leads)
-    own = [n for t, a in zip(total[::-1], lead[::-1]) for n in (a, t - a)]
-    items = ([costs.head_params] if head else []) + own \
-        + ([costs.embedding_params] if emb else [])
+    items = list(chunk_items(costs.head_params if head else 0.0, zip(total[::-1], lead[::-1]),
+                             costs.embedding_params if emb else 0.0))
+    items = items[0 if head else 1:len(items) - (0 if emb else 1)]
     return ChunkBuckets(head, emb, greedy_buckets(
         items, costs.bucket_params if bucketed else float("inf")))
 

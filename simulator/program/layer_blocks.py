@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from simulator.program.tensor_parallel import TP_TAG
+from strategies.cost.bucket_cut import lead_tail
 from strategies.cost.cp_a2a import pass_copy_seconds, side_copy_seconds
 from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
@@ -150,7 +151,7 @@ class LayerBlocks:
             return secs
         x = items[-1][1]
         gemm = x.layer_bwd - self.split * x.layer_wgrad - x.attn_bwd
-        return self.cut_at_lead(secs, (1.0 - x.layer_lead_work) * gemm + core * x.attn_bwd,
+        return self.cut_at_lead(secs, lead_tail(gemm, x.attn_bwd, x.layer_lead_work, core),
                                 "backward", label, i, c, cut)
 
     def cut_at_lead(self, secs: float, rest: float, kind: str, label: str, i: int, c: int,

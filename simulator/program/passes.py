@@ -7,6 +7,7 @@ Units: seconds.
 from __future__ import annotations
 
 from simulator.program.grad_buckets import bucket_segments
+from strategies.cost.bucket_cut import lead_tail
 from strategies.cost.stage import chunk_sum
 
 
@@ -141,7 +142,8 @@ class Passes:
                 # buckets that close with the last layer's lead (MLP): its attention's
                 # weight gradients after them (``LayerBlocks.cut_at_lead``)
                 x = items[-1][1]
-                secs = self.cut_at_lead(secs, (1.0 - x.layer_lead_work) * x.layer_wgrad,
+                secs = self.cut_at_lead(secs,
+                                        lead_tail(x.layer_wgrad, 0.0, x.layer_lead_work),
                                         "wgrad", label, i, c,
                                         lambda: self._launch(todo, lead, live, final))
             main = self.compute(secs, "wgrad", label, i, c, force=z3)

@@ -156,7 +156,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # compute ``slack`` earlier, the last micro-batch's backward through the stages below it
     # (``rank_slack``), which hides as much of its own tail
     calls = DpCalls.of(sc, P, cl, profile, sms)
-    win = bucket_windows(sc, P, profile, st, span, split, zero_g)
+    win = bucket_windows(sc, P, profile, st, span, split, zero_g, m.num_nextn_predict_layers)
     gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)

@@ -47,7 +47,7 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
     dp_time, one_bucket = calls.time, calls.one_bucket
     rep_bucket, lane_overlap = calls.rep_bucket, calls.lane_overlap
     n_k, mirrored = st.n_k, st.mirrored
-    emb_k, window_k, lead_k, whole_k = win.emb_k, win.window_k, win.lead_k, win.whole_k
+    last_k, window_k, lead_k, whole_k = win.last_k, win.window_k, win.lead_k, win.whole_k
     K = range(3)
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
     t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
@@ -75,12 +75,16 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         rep = np.where(full, 0.0, rep_bucket(k, 1.0))
         last = np.where(whole_k[k] > 0, whole_k[k],
-                        np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
+                        np.minimum(1.0, last_k[k] / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
                           one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
         # (overlapped: all but the first bucket beside the next forward, which their SMs
         # slow, ``sm_share.overlap_extra``; the simulator's ``metrics.rank_ends`` alike)
-        ag_edge = one_bucket("allgather", gw_k[k], k, last)
+        # (the gather's first bucket: the embedding's share, at least one bucket, as before
+        # §5.193's cut of the gradients' buckets)
+        first_ag = np.where(whole_k[k] > 0, whole_k[k], np.minimum(
+            1.0, np.maximum(sc.bucket_params, win.emb_k[k]) / pr_k[k]))
+        ag_edge = one_bucket("allgather", gw_k[k], k, first_ag)
         ag_fwd = n_k[k] * sc.layer_fwd
         ag_over = np.maximum(t_ag_k[k] - ag_fwd, ag_edge)
         if calls.sms.sm and calls.sms.nccl:

@@ -51,7 +51,7 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
     splits the backward, ``zero_g`` the ZeRO stage the gradients run with."""
     gb, pr_k = calls.gb, calls.pr_k
     one_bucket, lane_overlap = calls.one_bucket, calls.lane_overlap
-    mirrored, emb_k, t_rs_k = st.mirrored, win.emb_k, gr.t_rs_k
+    mirrored, last_k, t_rs_k = st.mirrored, win.last_k, gr.t_rs_k
     K = range(3)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
     # each behind that micro-batch's backward; the last bucket of the last one is exposed.
@@ -62,8 +62,7 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
     per_mb = np.where(mirrored, 0.5, 1.0)
     rs_mb_k = [np.where(mirrored, calls.time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
                for k in K]
-    z2_last = [np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
-                          / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
+    z2_last = [np.minimum(1.0, last_k[k] / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
     edge_k = [one_bucket("reduce_scatter", gb, k, z2_last[k], per_mb)
               - lane_overlap(k, z2_last[k], per_mb) for k in K]
     over_k = overlapped(sc, P, calls, st, span, win, comm, mb, split, zero_g, per_mb, rs_mb_k,
@@ -112,6 +111,9 @@ def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTime
     t_own = (np.where(single, t_max, t_first), t_mid, t_last)
     f_ends = (sc.embedding_fwd + np.where(single, head_f, 0.0), 0.0,
               np.where(single, 0.0, head_f))
+    # (the LM head's backward, which that window holds, runs before the first bucket's:
+    # ``lead_k`` counts from the layers', §5.193)
+    b_ends = (np.where(single, st.head_b, 0.0), 0.0, np.where(single, 0.0, st.head_b))
     one_chunk = (v == 1) & ~split & ~mirrored
     # a V (ZB-V, DualPipeV): each rank's per-chunk reduce-scatters queue behind its gradient
     # steps, which its drain runs back to back (ZB-V's deferred ``W``), on the span's own
@@ -126,9 +128,9 @@ def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTime
             head_first, 0.0, ((1 - r_f) * (t_sum - below[k]) - window_k[k]) / v)
         z2_window = np.where(under_fwd, pipe - slack[k] - first_bwd, mb * window_k[k])
         rep = rep_bucket(k, 1.0, gb * per_mb)
-        last = np.where(one_chunk, lanes_exposed(rs_mb_k[k] + lead_k[k], rep, t_own[k]
-                                                 - n_k[k] * f_layer - f_ends[k], edge_k[k],
-                                                 own_lane), -np.inf)
+        last = np.where(one_chunk, lanes_exposed(rs_mb_k[k] + lead_k[k] + b_ends[k], rep,
+                                                 t_own[k] - n_k[k] * f_layer - f_ends[k],
+                                                 edge_k[k], own_lane), -np.inf)
         return np.maximum(np.maximum(lanes_exposed(mb * rs_mb_k[k], mb * rep, z2_window,
                                                    edge_k[k], own_lane, sms=calls.sms), last),
                           z2_queue[k])
@@ -170,11 +172,12 @@ def after_pipeline(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: Stage
         pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp, z2_path, v, r_f,
         rs_c0, trailing)
     # overlapped under a split backward, one chunk per rank (ZB-H1): at least the slowest
-    # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``)
+    # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``), at
+    # least each rank's last bucket (``BucketWindows.last_k``)
     w_stage = (n_first * sc.layer_wgrad + sc.embedding_wgrad, n_mid * sc.layer_wgrad,
                n_last * sc.layer_wgrad + sc.head_wgrad)
     edges = (edge_k[0],) + tuple(
-        one_bucket("reduce_scatter", gb, k, np.minimum(1.0, sc.bucket_params
+        one_bucket("reduce_scatter", gb, k, np.minimum(1.0, win.last_k[k]
                                                         / np.maximum(pr_k[k], 1.0)))
         for k in (1, 2))
     tail_split = np.where(split & (v == 1) & ~head_first, split_tail_exposed(
