@@ -42,6 +42,7 @@ from strategies.plan.choices import DISPATCHERS
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
+from strategies.stacks.param_gather import gathers_on_fill_path
 from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
 
@@ -327,6 +328,11 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         meta = {"fwd_window_s": fwd,
                 "param_gathers": self.n_param_gathers,
                 "overlap_param_gather": self.p.overlap_param_gather,
+                # each stage's exposed gather waits at its first forward, on the fill path
+                # (``stacks.param_gather``; ``metrics.rank_ends`` sums them over the stages)
+                "gathers_on_fill_path": bool(gathers_on_fill_path(
+                    self.p.pp, self.p.vpp, self.p.zero, self.p.overlap_param_gather,
+                    self.mirrored)),
                 "paired_forwards": dict(self.paired)}
         if self.held["dp"]:
             # the SMs the overlapped gathers hold beside the next forward (``rank_ends``)

@@ -160,8 +160,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
-    dp_exposed, t_opt, n_slow = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3, mb,
-                                          zero_g)
+    dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,
+                                                mb, zero_g)
     dp_exposed = per_step_allreduces(dp_exposed, sc, P, cl, n_k)
     step = span.pipe + pp_exposed + dp_exposed + t_opt
     # a tail shorter than its optimizer (every rank's slack larger than its reduction: an
@@ -193,6 +193,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # each kind of rank's compute end before the pipeline's (``rank_slack``), which its
         # data-parallel tail runs into
         **{f"slack_{x}_s": win.slack[k] for k, x in enumerate(("first", "mid", "last"))},
+        # the overlapped parameter gathers' exposed seconds on the fill path, in ``dp_comm``
+        # (``stacks.param_gather``; 0 where they end a rank's tail)
+        "param_gather_fill_s": fill,
         # one mean layer's expert all-to-all (one direction: dispatch and combine), its
         # exposure in an overlapped pair (forward and backward) and before a recomputed
         # backward, for the order with communication (``estimate.chunk_correction.per_chunk``)

@@ -20,30 +20,40 @@ from strategies.estimate.terms.ranks import rank_of_max
 from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
 from strategies.plan_arrays import PlanArrays
+from strategies.stacks.param_gather import fill_path_stages, gathers_on_fill_path
 
 
 def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
               slack: tuple, gr: GradReduce, zero2: Zero2, z3: list, mb: Any,
-              zero_g: Any) -> tuple[Any, Any, Any]:
+              zero_g: Any) -> tuple[Any, Any, Any, Any]:
     """The step's tail of plans ``P`` after the pipeline: its data-parallel communication and
-    its optimizer (the latest rank's or path's; the first on a tie: rank 0's), and the layers
-    of the slowest kind of rank (the breakdown's). ``slack``: each kind of rank's compute end
-    before the pipeline's; ``gr``, ``zero2``, ``z3`` each kind's reductions, ZeRO-2's
-    and ZeRO-3's seconds; ``zero_g`` the ZeRO stage the
-    gradients run with."""
+    its optimizer (the latest rank's or path's; the first on a tie: rank 0's), the layers of
+    the slowest kind of rank (the breakdown's), and the parameter gathers' seconds on
+    micro-batch 0's fill path (``stacks.param_gather``; in the first). ``slack``: each kind
+    of rank's compute end before the pipeline's; ``gr``, ``zero2``, ``z3`` each kind's
+    reductions, ZeRO-2's and ZeRO-3's seconds; ``zero_g`` the ZeRO stage the gradients run
+    with."""
     tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
     zero, ogr, cl, G = P.zero, P.overlap_grad_reduce, calls.cl, calls.cl.gpus_per_node
     gb, pr_k, pe_k = calls.gb, calls.pr_k, calls.pe_k
     params, pe = pr_k[0], pe_k[0]
     n_k, mirrored = st.n_k, st.mirrored
     t_first, t_mid, t_last = st.t
-    grad_k, ag_k, rs_mb_k = gr.grad_k, gr.ag_k, zero2.rs_mb_k
+    grad_k, rs_mb_k = gr.grad_k, zero2.rs_mb_k
     z2_sync, z2_path = zero2.sync, zero2.path
     tail_split, cool_tail = zero2.tail_split, zero2.cool_tail
     stride_pp = tp * cp * dp
     K = range(3)
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
+    # the overlapped parameter gathers of a one-chunk pipeline wait at each stage's first
+    # forward, one after another on micro-batch 0's fill path: their sum over the stages joins
+    # the step, none is in a rank's tail (``stacks.param_gather``, §5.194)
+    on_fill = gathers_on_fill_path(pp, P.vpp, zero, P.overlap_param_gather, mirrored) & copies
+    ag_k = [np.where(on_fill, 0.0, a) for a in gr.ag_k]
+    n_fill = fill_path_stages(pp)
+    fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_k[k], 0.0)
+                                 for k in K), 0.0)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
@@ -93,8 +103,8 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     for val, o in candidates[1:]:
         later = val > tail
         tail, t_opt = np.where(later, val, tail), np.where(later, o, t_opt)
-    dp_exposed = tail - t_opt
-    return dp_exposed, t_opt, at_slowest(n_k)
+    dp_exposed = tail - t_opt + fill
+    return dp_exposed, t_opt, at_slowest(n_k), fill
 
 
 def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl: Any,

@@ -1,0 +1,109 @@
+"""The overlapped parameter gathers of a one-chunk pipeline wait at each stage's first forward,
+one after another on micro-batch 0's fill path (``stacks.param_gather.gathers_on_fill_path``;
+docs/calibration.md §5.194): the estimate and the simulator read the one rule."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.simulate import simulate
+from strategies.cost import comm as cm
+from strategies.cost.stage import stage_costs
+from strategies.cost.system import SystemConfig
+from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.scalar import estimate, plan_arrays, rank_fields
+from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.job import make_job
+from strategies.plan import parse_plan
+from strategies.presets import model_preset
+from strategies.stacks.param_gather import fill_path_stages, gathers_on_fill_path
+from topologies.cluster import cluster_preset
+
+# Llama 3 8B cut to 16 layers, a 2,048-token vocabulary and 256-token sequences
+SMALL = replace(model_preset("llama3-8b"), num_layers=16, seq_length=256, vocab_size=2048)
+#: one bucket a stage: every stage gathers its parameters in one call
+ONE_BUCKET = SystemConfig(bucket_params=1e12)
+
+
+def _job(plan: str, system=ONE_BUCKET, fw="megatron-core"):
+    return make_job(SMALL, cluster_preset("dgx-h100", 4), parse_plan(plan), framework=fw,
+                    system=system)
+
+
+def _t_ag(job, stage: int) -> float:
+    """One stage's whole parameter all-gather over dp, by hand (seconds)."""
+    c, p = stage_costs(job), job.plan
+    return float(cm.dp_collective_time("allgather", c.param_bytes, c.params_by_stage[stage],
+                                       0.0, p.tp, p.cp, p.dp, 1, 1, job.cluster))
+
+
+def _fill(job) -> float:
+    a = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan), job.framework,
+                        job.system, rank_fields(job, None, StageCostMemo(job)))
+    return float(a["param_gather_fill_s"])
+
+
+def test_rule_table():
+    """On the fill path: pp > 1, one chunk a rank, ZeRO-1/2, the overlap on, not DualPipe;
+    arrays and scalars alike."""
+    pp = np.array([1, 2, 4, 4, 4, 4, 4, 4])
+    vpp = np.array([1, 1, 1, 2, 1, 1, 1, 1])
+    zero = np.array([1, 1, 2, 1, 3, 0, 1, 1])
+    opg = np.array([True] * 6 + [False, True])
+    mirrored = np.array([False] * 7 + [True])
+    want = [False, True, True, False, False, False, False, False]
+    assert gathers_on_fill_path(pp, vpp, zero, opg, mirrored).tolist() == want
+    for i in range(len(pp)):
+        assert bool(gathers_on_fill_path(int(pp[i]), int(vpp[i]), int(zero[i]), bool(opg[i]),
+                                         bool(mirrored[i]))) == want[i]
+    assert fill_path_stages(2) == (1, 0, 1) and fill_path_stages(4) == (1, 2, 1)
+    assert fill_path_stages(np.array([2, 6]))[1].tolist() == [0, 4]
+
+
+@pytest.mark.parametrize("plan", ["tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,sp=true",
+                                  "tp=2,pp=4,dp=4,mbs=1,gbs=16,zero=1,sp=true"])
+def test_one_bucket_stages_in_closed_form(plan):
+    """One bucket a stage, 1F1B: each stage's whole gather waits at its first forward, so the
+    step carries ``sum_s t_ag(P_s)``. The estimate's fill term is that sum, and the
+    contention-free simulation's step is the ranks' latest own end plus that sum, both to
+    1e-9; estimate and simulation agree to 1e-9."""
+    j = _job(plan)
+    want = sum(_t_ag(j, s) for s in range(j.plan.pp))
+    assert _fill(j) == pytest.approx(want, rel=1e-9)
+    res = simulate(j, network="contention-free")
+    own = max(x.end for x in res.records if not x.label.startswith("AG params"))
+    assert res.step_time_s - own == pytest.approx(want, rel=1e-9)
+    # every rank's whole gather is one call of its stage's parameters
+    for r in res.simulated_ranks:
+        g = [x for x in res.by_rank(r) if x.label.startswith("AG params")]
+        assert len(g) == 1
+        assert g[0].end - g[0].start == pytest.approx(_t_ag(j, g[0].stage), rel=1e-12)
+    assert estimate(j).step_time_s == pytest.approx(res.step_time_s, rel=1e-9)
+
+
+def test_one_stage_and_no_overlap_keep_the_tail():
+    """pp 1 and ``overlap_param_gather`` off: nothing on the fill path (the gather stays in
+    the rank's tail, as before); pp 1's estimate meets its simulation to 1e-9, its exposed
+    gather the whole call after the optimizer."""
+    j = _job("tp=2,pp=1,dp=16,mbs=1,gbs=16,zero=1,sp=true")
+    assert _fill(j) == 0.0
+    res = simulate(j, network="contention-free")
+    own = max(x.end for x in res.records if not x.label.startswith("AG params"))
+    assert res.step_time_s - own == pytest.approx(_t_ag(j, 0), rel=1e-9)
+    assert estimate(j).step_time_s == pytest.approx(res.step_time_s, rel=1e-9)
+    off = _job("tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,sp=true,overlap_param_gather=false")
+    assert _fill(off) == 0.0
+
+
+def test_fill_path_with_the_stack_buckets():
+    """pp 2 with the stack's buckets (rank 0: 40M buckets, rank 1: one, §5.92): the fill
+    term is rank 1's whole gather plus rank 0's exposed share, which is more than nothing
+    and less than its whole gather; the estimate's ``dp_comm`` holds it."""
+    j = _job("tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,sp=true", system=SystemConfig())
+    a = estimate_arrays(j.model, j.cluster, j.dtype, plan_arrays(j.plan), j.framework,
+                        j.system, rank_fields(j, None, StageCostMemo(j)))
+    fill = float(a["param_gather_fill_s"])
+    # rank 1's whole gather and rank 0's exposed share (at least its first bucket)
+    assert fill > _t_ag(j, 1)
+    assert fill < _t_ag(j, 0) + _t_ag(j, 1)
+    assert float(a["dp_comm"]) > fill
