@@ -156,3 +156,26 @@ def test_windowed_all_gather_arrays_equal_the_scalar_estimate() -> None:
     for i in range(0, sp.size, max(1, sp.size // 4)):
         e = estimate(make_job(WIN, CL, sp.plan(i), framework=fw))
         assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)
+
+
+def test_allgather_accumulates_the_windows_key_ranges() -> None:
+    """The all-gather's backward adds each chunk's dK/dV into the key range its window
+    reached (``dk[seq_start_idx:seq_end_idx].add_``): on the slowest rank ``2·(q + W - 1)``
+    of ``s`` tokens against a full layer's ``(2c + 1)·q``. 64K tokens, W 4096, cp 8 (q 4096),
+    half the layers windowed: the mean layer's share and the bytes, 1e-12; a model windowed
+    on every layer holds ``(3 + 2·(q + W - 1)/s)·G`` at its peak."""
+    from strategies.cost import cp_allgather
+    from strategies.cost.comm_bytes import cp_gather_bytes
+    m = WIN.with_seq_length(65536)
+    full, win = 1 + 1 / 16, 2 * (4096 + 4095) / 65536
+    mean, most = cp_allgather.chunk_key_shares(m, 8)
+    assert mean == pytest.approx((full + win) / 2, rel=1e-12) and most == full
+    g = cp_gather_bytes(m, 1, 1, 8)
+    q = 65536 / 8 * 32 * 128 * 2          # the rank's query bytes (32 heads of 128, bf16)
+    assert cp_allgather.copy_bytes_bwd(m, 1, 1, 8) == pytest.approx(
+        (5 + 3 * (full + win) / 2) * g + 2 * q, rel=1e-12)
+    every = replace(m, global_attention_every=0)
+    assert cp_allgather.working_bytes(every, 1, 1, 8) == pytest.approx((3 + win) * g,
+                                                                       rel=1e-12)
+    plain = model_preset("llama3-8b").with_seq_length(65536)
+    assert cp_allgather.working_bytes(plain, 1, 1, 8) == (4 + 1 / 16) * g
