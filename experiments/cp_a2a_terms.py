@@ -9,6 +9,7 @@ simulation, and the peak memory (the fullest pipeline rank). About 1 min.
     python experiments/cp_a2a_terms.py
     python experiments/cp_a2a_terms.py --calls   # one forward pass's all-to-alls (§5.191)
     python experiments/cp_a2a_terms.py --agree   # estimate vs contention-free, 6 decimals
+                                                 # (with a sliding-window model, §5.196)
 """
 from __future__ import annotations
 
@@ -23,6 +24,21 @@ CASES = (("llama3-8b", 65536, "dgx-h100:2", "tp=1,cp=8,mbs=1,gbs=16,zero=1"),
          ("llama3-8b", 65536, "dgx-h100:2", "tp=1,cp=4,pp=2,mbs=1,gbs=16,zero=1"),
          # multi-head attention (32 KV heads): the CP group spans both nodes
          ("llama2-7b", 65536, "dgx-h100:2", "tp=1,cp=16,mbs=1,gbs=16,zero=1"))
+
+
+#: a windowed model for the agreement rows (§5.196): Llama 3 8B, a 4096-token sliding window
+#: on all but every second layer (gpt-oss's alternation)
+WINDOWED = "llama3-8b-w4096"
+
+
+def model_of(name: str):
+    """The preset ``name``, or ``WINDOWED``: Llama 3 8B with its window."""
+    from dataclasses import replace
+    from strategies.presets import model_preset
+    if name == WINDOWED:
+        return replace(model_preset("llama3-8b"), name=WINDOWED, sliding_window=4096,
+                       global_attention_every=2)
+    return model_preset(name)
 
 
 def step_figures(job):
@@ -101,13 +117,13 @@ def calls() -> None:
 def agree() -> None:
     """The estimate and the contention-free simulation to 6 decimals (seconds) and their gap
     (%) for this script's a2a plans, ``cp_hier_terms``' a2a+p2p ones (§5.191) and, under
-    ``jax-xla`` (MaxText's K/V all-gather, §5.195), this script's plans without pp."""
+    ``jax-xla`` (MaxText's K/V all-gather, §5.195), this script's plans without pp, and
+    ``WINDOWED``'s under the all-gather and the all-to-all (§5.196)."""
     from experiments.cp_hier_terms import CASES as HIER, PLAN
     from simulator.simulate import simulate
     from strategies.estimate.scalar import estimate
     from strategies.job import make_job
     from strategies.plan import parse_plan
-    from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
 
     mc = "megatron-core"
@@ -119,9 +135,13 @@ def agree() -> None:
     # MaxText's K/V all-gather (jax-xla, its own exchange; §5.195), ZeRO-3 as its fsdp axis
     rows += [(name, cluster, spec.replace("zero=1", "zero=3"), "jax-xla")
              for name, _, cluster, spec in CASES if "pp=" not in spec]
+    # sliding-window layers (§5.196): Llama 3 8B with a 4096-token window on every other
+    # layer, over the two exchanges Transformer Engine runs a window with
+    rows += [(WINDOWED, cluster, f"{spec},cp_comm={comm}", mc)
+             for _, _, cluster, spec in CASES[:2] for comm in ("all_gather", "a2a")]
     for name, cluster, spec, fw in rows:
         name_c, nodes = cluster.split(":")
-        job = make_job(model_preset(name).with_seq_length(65536),
+        job = make_job(model_of(name).with_seq_length(65536),
                        cluster_preset(name_c, int(nodes)), parse_plan(spec), framework=fw)
         e = estimate(job).step_time_s
         cf = simulate(job, network="contention-free").step_time_s

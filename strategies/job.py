@@ -11,6 +11,7 @@ from strategies.framework import get_profile
 from strategies.stacks.comm_rules import stack_grad_bytes
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.plan_defaults import stack_default_refusal
+from strategies.stacks.cp_windows import check_window_exchange
 from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
                                      stack_tp_overlap)
 from strategies.stacks.variants import with_cp_comm, with_fp8_attention
@@ -186,6 +187,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         check_plan(fw, plan)
     else:       # the combined 1F1B's own limits hold whatever stack runs it
         raise_first(ep_overlap_rules(fw, plan_view(plan)))
+    # the exchanges the stack runs windowed layers over (stacks.cp_windows, §5.196)
+    check_window_exchange(model, fw, plan.cp, plan.cp_comm)
     fw = with_cp_comm(fw, plan.cp_comm)     # the plan's K/V exchange (checked above)
     if plan.fp8_attention:   # refused with field, value and rule where a chip cannot run it
         for g in cluster.groups:

@@ -363,21 +363,37 @@ def ring_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int) ->
     return useful / sms / (makespan(kernel, groups, n, sms) + steps)
 
 
-def _gather_lengths(order: str, q: int, j: int, fwd: bool) -> list[int]:
+def _gather_lengths(order: str, q: int, j: int, fwd: bool, cap: int = 0) -> list[int]:
     """Useful tiles of one (batch, head)'s CTAs in the all-gather step of query chunk ``j``
     (``q`` query tiles at tiles ``j·q .. (j+1)·q - 1`` against keys ``0 .. (j+1)·q - 1``, the
     causal mask aligned bottom-right), in the order taken: the forward one CTA per query tile,
     ``j·q + i`` key tiles for ``i = 1 .. q``; the backward one per key tile, ``q`` query tiles
     for each of the ``j·q`` keys before the chunk and ``q - u`` for its ``u``-th own key tile.
+    With a sliding window reaching back ``cap`` tiles (0: none) query tile ``T`` sees key tiles
+    ``max(0, T - cap + 1) .. T`` (Transformer Engine slices the gathered K/V to the chunk's
+    window, ``get_kv_seq_info_after_all_gather``): the forward ``min(j·q + i, cap)``, the
+    backward the chunk's query tiles that see each key tile of that range.
     'head_asc' the shortest first, else the longest first ('lpt' sorts the whole grid)."""
-    one = ([j * q + i for i in range(1, q + 1)] if fwd
-           else [q] * (j * q) + [q - u for u in range(q)])
+    if not cap:
+        one = ([j * q + i for i in range(1, q + 1)] if fwd
+               else [q] * (j * q) + [q - u for u in range(q)])
+    elif fwd:
+        one = [min(j * q + i, cap) for i in range(1, q + 1)]
+    else:       # key tile k is seen by the chunk's query tiles T with k <= T <= k + cap - 1
+        lo, hi = j * q, (j + 1) * q - 1
+        one = [min(hi, k + cap - 1) - max(lo, k) + 1 for k in range(max(0, lo - cap + 1), hi + 1)]
     return sorted(one, reverse=order != "head_asc")
+
+
+def _window_total(n: int, cap: int) -> int:
+    """Useful tiles of one (batch, head) over the whole sequence of ``n`` query tiles, each
+    reaching back ``cap`` tiles (0: the causal triangle): ``Σ min(i, cap)``, ``i = 1 .. n``."""
+    return sum(min(i, cap or n) for i in range(1, n + 1))
 
 
 @lru_cache(maxsize=1024)
 def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int,
-                     fwd: bool) -> float:
+                     fwd: bool, cap: int = 0) -> float:
     """Grid factor of the slowest rank's attention under all-gather context parallelism
     (Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, Llama 3's CP: ``cp`` ranks, rank
     ``r`` holding query chunks ``r`` and ``2·cp - 1 - r`` of ``c = seq/(2·cp)`` tokens, K/V
@@ -385,20 +401,22 @@ def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: in
     (``_gather_lengths``, ``get_kv_seq_info_after_all_gather``), the two launched on two
     streams "to resolve wave quantization" (the current stream the first chunk's, ``cp_stream``
     the second's), so one list schedule takes the first kernel's CTAs, then the second's.
-    Every rank has the same useful tiles, ``(2·cp - 1)·q² + q·(q + 1)`` per (batch, head)
-    with ``q = ceil(c/128)``; the factor is their ideal time over ``sms`` over the slowest
-    rank's makespan (``makespan``'s slots, fixed cost and truncation of large grids);
-    ``grid_factor`` at ``cp`` 1. ``fwd``: the forward's grid (one CTA per query tile), else
-    the backward's (one per key tile). docs/calibration.md §5.134."""
+    The ideal is the mean rank's useful tiles, ``_window_total(2·cp·q, cap)/cp`` per (batch,
+    head) with ``q = ceil(c/128)`` (causal: every rank's, ``(2·cp - 1)·q² + q·(q + 1)``; a
+    sliding window of ``cap`` tiles: rank 0's first chunk has the sequence's short start, the
+    others the whole band, so the slowest rank computes more than the mean), over ``sms``,
+    over the slowest rank's makespan (``makespan``'s slots, fixed cost and truncation of large
+    grids); ``grid_factor`` at ``cp`` 1. ``fwd``: the forward's grid (one CTA per query
+    tile), else the backward's (one per key tile). docs/calibration.md §5.134, §5.196."""
     if cp <= 1:
-        return grid_factor(kernel, groups, max(1, -(-int(seq) // kernel.rows)), sms)
+        return grid_factor(kernel, groups, max(1, -(-int(seq) // kernel.rows)), sms, cap)
     q = max(1, -(-int(seq) // (2 * cp * kernel.rows)))
     k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
     slots = sms * k
-    useful = groups * ((2 * cp - 1) * q * q + q * (q + 1))
+    useful = groups * _window_total(2 * cp * q, cap) / cp
     worst = 0.0
     for r in range(cp):
-        one = [_gather_lengths(kernel.order, q, j, fwd) for j in (r, 2 * cp - 1 - r)]
+        one = [_gather_lengths(kernel.order, q, j, fwd, cap) for j in (r, 2 * cp - 1 - r)]
         run = min(groups, max(1, MAX_JOBS // sum(map(len, one))))
         # the first chunk's kernel, then the second's
         jobs = np.concatenate([np.tile(cta_times(x, k, c0), run) for x in one])
@@ -407,13 +425,29 @@ def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: in
     return useful / sms / worst
 
 
+@lru_cache(maxsize=1024)
+def allgather_window_excess(seq: int, cp: int, cap: int) -> float:
+    """The slowest rank's sliding-window score tiles over the mean rank's under all-gather
+    context parallelism (``_gather_lengths`` forward, 128-row tiles, a window reaching back
+    ``cap`` tiles): ``max_r Σ`` over rank ``r``'s two chunks ``/ (_window_total / cp)``; 1 at
+    ``cp`` 1 or without a window. The factor on the windowed layers' FLOPs where their time is
+    a measured rate, not a grid (``attention_time._measured_window``)."""
+    if cp <= 1 or not cap:
+        return 1.0
+    q = max(1, -(-int(seq) // (2 * cp * TILE)))
+    most = max(sum(sum(_gather_lengths("head_asc", q, j, True, cap)) for j in (r, 2 * cp - 1 - r))
+               for r in range(cp))
+    return most * cp / _window_total(2 * cp * q, cap)
+
+
 def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
                windows: bool, cp: int = 1, gather: int = 0) -> float:
     """Grid factor of ``m``'s mean layer at ``groups`` x ``n`` tiles: full layers at
     ``ring_factor`` (``grid_factor`` without context parallelism), and with ``windows`` the
     windowed ones at theirs (a sliding window's reach capped at ``ceil((W-1)/128) + 1``
     tiles, as ``attention_counts.score_elements``; chunked attention as groups of one chunk's
-    tiles; both on the rank's ``n`` tiles whatever ``cp``), combined by their share of the
+    tiles; both on the rank's ``n`` tiles whatever ``cp``, but a sliding window under the
+    all-gather: its two chunk kernels, ``allgather_factor`` with the window's reach), combined by their share of the
     kernel's score blocks (times add: the harmonic mean weighted by
     ``attention_counts.window_share``). ``gather``: 0 the ring's steps, 1 (forward) or 2
     (backward) the all-gather's kernels for the full layers (``allgather_factor``)."""
@@ -421,9 +455,14 @@ def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
             else ring_factor(gk, groups, m.seq_length, cp, sms))
     w = window_share(m) if windows else 0.0
     r = gk.rows
-    if not w or m.sliding_window is None or m.sliding_window >= n * r:
+    # under the all-gather the window runs against the gathered sequence (§5.196)
+    reach = m.seq_length if gather and cp > 1 else n * r
+    if not w or m.sliding_window is None or m.sliding_window >= reach:
         return full
-    if m.window_kind == "chunked":
+    if gather and cp > 1 and m.window_kind == "sliding":   # the two chunk kernels (§5.196)
+        win = allgather_factor(gk, groups, m.seq_length, cp, sms, gather == 1,
+                               -(-(m.sliding_window - 1) // r) + 1)
+    elif m.window_kind == "chunked":
         c = max(1, -(-m.sliding_window // r))
         win = grid_factor(gk, groups * max(1, n // c), min(c, n), sms)
     else:

@@ -54,10 +54,15 @@ def _measured_window(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, slow: Num
     and backward fractions of ``peak``): the full layers' share of the catalog-rate times
     ``t_flash``/``t_flash_b`` (``1 - attention_counts.window_share``) with their exposed
     exponentials (§5.60; the measured windowed times hold the chip's own), the windowed share
-    of the forward FLOPs at ``peak·win[0]`` and ``FLASH_BWD_FACTOR`` of them at ``peak·win[1]``;
+    of the forward FLOPs at ``peak·win[0]`` and ``FLASH_BWD_FACTOR`` of them at ``peak·win[1]``
+    (under the all-gather the slowest rank's, ``attention_grid.allgather_window_excess``);
     under ``fw.fp8_attention`` each kind over its MXFP8 ratio (``fp8_attention.kind_ratios``)."""
     w = attention_counts.window_share(m)
     f_win = w * attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
+    if fw.cp_impl == "allgather" and m.window_kind == "sliding":   # the slowest rank (§5.196)
+        cap = -(-(m.sliding_window - 1) // attention_grid.TILE) + 1
+        f_win = f_win * np.vectorize(lambda c: attention_grid.allgather_window_excess(
+            m.seq_length, int(round(c)), cap), otypes=[float])(cp)[()]
     full_f, full_b = (1.0 - w) * t_flash, (1.0 - w) * t_flash_b
     if gpu.exp_seconds_offset():
         t_exp = slow * (1.0 - w) * attention_counts.attn_exponentials_fwd(m, b, tp, cp) \

@@ -25,6 +25,8 @@ What the function does, sbhd layout (Megatron-Core's), ``G`` the gathered K and 
 """
 from __future__ import annotations
 
+import numpy as np
+
 from strategies.cost.comm_bytes import cp_gather_bytes
 from strategies.cost.token_counts import ACT_BYTES, Num, tokens_per_gpu
 from strategies.model import ModelSpec
@@ -41,16 +43,45 @@ def copy_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return 2.0 * cp_gather_bytes(m, b, tp, cp) + 2.0 * _rank_heads(m, b, tp, cp, m.v_dim)
 
 
+def _window_share(s: int, w: int, c: int) -> float:
+    """Share of ``G`` the slowest rank's two chunks' key ranges cover under a sliding window
+    of ``w`` keys (``get_kv_seq_info_after_all_gather``: chunk ``j`` of ``q = s/(2c)`` tokens
+    reaches back to ``max(0, (j+1)·q - q - (w-1))``): ``max_r [min((r+1)q, q+w-1) +
+    min((2c-r)q, q+w-1)] / s``; ``1 + 1/(2c)`` for a window of at least the sequence."""
+    q = s / (2.0 * c)
+    reach = q + w - 1
+    return max(min((r + 1) * q, reach) + min((2 * c - r) * q, reach) for r in range(c)) / s
+
+
+def chunk_key_shares(m: ModelSpec, cp: Num) -> tuple[Num, Num]:
+    """(mean layer, largest layer) share of ``G`` the chunks' key ranges cover, where each
+    chunk's dK/dV is accumulated (``dk[seq_start_idx:seq_end_idx].add_``, context_parallel.py
+    L4094 at d0067d0) and held: ``1 + 1/(2c)`` on a full layer (``(r+1)/(2c)`` and
+    ``(2c-r)/(2c)``), ``_window_share`` on a sliding-window one (the slowest rank's);
+    docs/calibration.md §5.134, §5.196. Vectorised over ``cp``."""
+    full = 1.0 + 0.5 / np.asarray(cp, dtype=float)
+    nw, L = m.num_windowed_layers, m.num_layers
+    if not nw or m.window_kind != "sliding" or m.sliding_window >= m.seq_length:
+        return full, full
+    win = np.vectorize(lambda c: _window_share(m.seq_length, m.sliding_window, int(round(c))),
+                       otypes=[float])(np.maximum(np.asarray(cp, dtype=float), 1.0))
+    return ((L - nw) * full + nw * win) / L, (full if nw < L else win)
+
+
 def copy_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """HBM bytes of one layer's backward besides its kernels and collectives: K/V reordered
     again (``2·G``), dK/dV zero-filled (``G``), the chunks' dK/dV accumulated
-    (``3·(1 + 1/(2c))·G``), reordered (``2·G``), and the chunks' dQ copied (``2·Q``)."""
+    (``3·k·G``, ``k`` the mean layer's ``chunk_key_shares``: ``1 + 1/(2c)`` without a
+    window), reordered (``2·G``), and the chunks' dQ copied (``2·Q``)."""
     g = cp_gather_bytes(m, b, tp, cp)
-    return (5.0 + 3.0 * (1.0 + 0.5 / cp)) * g + 2.0 * _rank_heads(m, b, tp, cp, m.head_dim)
+    k = chunk_key_shares(m, cp)[0]
+    return (5.0 + 3.0 * k) * g + 2.0 * _rank_heads(m, b, tp, cp, m.head_dim)
 
 
 def working_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """Bytes the attention holds at its backward's peak besides the saved tensors: the
     gathered K/V, the whole dK/dV, the chunks' dK/dV and the reordered dK/dV,
-    ``(4 + 1/(2c))·G``. One layer at a time (a transient, as the MoE permutation buffers)."""
-    return (4.0 + 0.5 / cp) * cp_gather_bytes(m, b, tp, cp)
+    ``(3 + k)·G``, ``k`` the largest layer's ``chunk_key_shares`` (``(4 + 1/(2c))·G``
+    without a window). One layer at a time (a transient, as the MoE permutation buffers)."""
+    extra = chunk_key_shares(m, cp)[1] - (1.0 + 0.5 / np.asarray(cp, dtype=float))
+    return (4.0 + 0.5 / cp + extra) * cp_gather_bytes(m, b, tp, cp)

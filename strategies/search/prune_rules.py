@@ -24,6 +24,7 @@ from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, sche
 from strategies.schedules.validity import all_ok
 from strategies.search.options import SpaceOptions
 from strategies.search.plan_rows import SWITCH_KEYS
+from strategies.stacks.cp_windows import window_exchange_ok
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import ep_overlap_rules, stack_mask
 from topologies.cluster import Cluster
@@ -38,7 +39,8 @@ RULES: tuple[tuple[str, str], ...] = (
                "whose context parallelism and op-level recomputation are not modelled, or "
                "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
                "path are not; with cp_comm=a2a, cp does not divide the rank's query or KV "
-               "heads)"),
+               "heads; or a windowed model over an exchange the stack runs no window over, "
+               "stacks.cp_windows)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
@@ -123,8 +125,10 @@ def stack_schedules(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np
     return sched
 
 
-def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
-    """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
+def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
+              framework: FrameworkProfile | None = None):
+    """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule;
+    ``framework``: the named stack (None: the default's rules, as ``make_job``)."""
     s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
 
     def ep_ok(c):
@@ -149,6 +153,11 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     def dsv4_ok(c):           # the rule model.dsv4.refuse_cost raises
         return plan_modelled(model, c["cp"], c["flash"])
+
+    stack = framework if framework is not None else DEFAULT_FRAMEWORK
+
+    def window_ok(c):         # the rule stacks.cp_windows.check_window_exchange raises
+        return window_exchange_ok(model, stack, c["cp"], c["cpc"] if "cpc" in c else 0)
 
     def a2a_ok(c):            # the rules cost.cp_a2a.check_heads and Plan raise
         if "cpc" not in c:
@@ -177,7 +186,7 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
         ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c) & dsv4_ok(c)
-                    & a2a_ok(c)),
+                    & a2a_ok(c) & window_ok(c)),
         ("ep", ep_ok),
         ("tp_cross_node", cross),
         ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),

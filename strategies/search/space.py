@@ -139,7 +139,7 @@ def _prune_by_rules(c: dict[str, np.ndarray], pruned: dict[str, int], model: Mod
     """The rows of the raw product ``c`` that pass every rule before the memory rule, in
     ``prune_rules.RULES`` order, each row with its least micro-batch group (``fitting.least_group``)
     before the schedule rule; counts in ``pruned``."""
-    for reason, rule in row_rules(model, cluster, opts):
+    for reason, rule in row_rules(model, cluster, opts, framework):
         c = _keep(c, pruned, reason, rule(c))
         if reason == "zero3_pp":
             c = _keep(c, pruned, "framework", framework_ok(c, framework))

@@ -33,6 +33,14 @@ JAX_XLA = FrameworkProfile(
     # K/V, reorders them, runs one kernel per local query chunk and reduce-scatters dK/dV:
     # strategies.cost.cp_allgather's rule (docs/calibration.md §5.195)
     cp_impl="allgather",
+    # cudnn_flash_attention refuses windows under CP: a chunked window always
+    # (attention_op.py:2259-2260), a sliding one unless packing with the load-balanced ring
+    # (:2273-2274, :2297-2302), which is not modelled (docs/calibration.md §5.196)
+    cp_window_impls=(("sliding", ()), ("chunked", ())),
+    cp_sink_impls=None,   # not read: gpt-oss is refused by its windows above
+    cp_window_source=("MaxText's cudnn_flash_attention refuses windows under context "
+                      "parallelism (a sliding one runs only with packing over the "
+                      "load-balanced ring, not modelled)"),
     tp_comm_overlap=False, export="maxtext", layouts=(),
     sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled
     dgrad_overlap="none",   # nor what it overlaps: not read

@@ -34,6 +34,26 @@ class StackLimits:
     #: ``AttnFuncWithCPAndQKVOA2A``); () where the stack
     #: runs only its own (``cp_impl``)
     cp_comms: tuple[str, ...] = ()
+    #: the exchanges (``FrameworkProfile.cp_impl`` values) under which the stack runs
+    #: windowed attention layers with ``cp > 1``, per window kind (``ModelSpec.window_kind``);
+    #: a kind not listed is not limited. Transformer Engine's (the default): a sliding window
+    #: only over its all-gather and all-to-all paths (``attn_forward_func_with_cp`` asserts
+    #: ``cp_comm_type in ["a2a", "all_gather"]`` for ``window_size`` other than (-1, 0) and
+    #: (-1, -1): NVIDIA/TransformerEngine d0067d0 ``transformer_engine/pytorch/attention/
+    #: dot_product_attention/context_parallel.py:5054-5060``, since v1.11, 40dda924a, #1160);
+    #: ``strategies.stacks.cp_windows`` (docs/calibration.md §5.196)
+    cp_window_impls: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("sliding", ("allgather", "a2a")),)
+    #: the exchanges under which the stack runs attention sinks (``ModelSpec.attention_sinks``,
+    #: gpt-oss; Megatron-Core ``softmax_type="learnable"``) with ``cp > 1``: Transformer
+    #: Engine asserts ``softmax_type == "vanilla" or cp_comm_type == "a2a"``
+    #: (``context_parallel.py:5065-5067`` at d0067d0; ``softmax_type`` from TE 2.8); None:
+    #: not read (no source)
+    cp_sink_impls: tuple[str, ...] | None = ("a2a",)
+    #: the source of ``cp_window_impls``, as the refusal states it
+    cp_window_source: str = ("Transformer Engine runs a sliding window under context "
+                             "parallelism only with cp_comm_type a2a or all_gather "
+                             "(attn_forward_func_with_cp asserts it)")
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True

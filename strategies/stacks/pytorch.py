@@ -163,6 +163,16 @@ TORCHTITAN = replace(
     # torch.distributed.tensor.experimental.context_parallel (torchtitan
     # experimental.context_parallel_degree, Dec 2024); its Llama repeats K/V before SDPA
     cp_impl="torch", cp_kv_heads="query",
+    # its ring runs SDPA's is_causal only (the flash op takes no mask; the efficient and
+    # cuDNN ops raise "attn_bias is not supported yet": pytorch/pytorch 0123248a4
+    # torch/distributed/tensor/experimental/_attention.py _scaled_dot_product_ring_*): no
+    # window of either kind under cp > 1. FlexAttention's CP (the same file's
+    # _ContextParallel.flex_input_fn, K/V all-gathered), which torchtitan b5bcd76c6 requires
+    # for CP (models/common/decoder.py:173-181), is not modelled (docs/calibration.md §5.196)
+    cp_window_impls=(("sliding", ()), ("chunked", ())),
+    cp_sink_impls=(),   # nor SDPA any sink logit
+    cp_window_source=("PyTorch's ring attention runs SDPA with is_causal only, no window mask "
+                      "(FlexAttention's CP is not modelled)"),
     # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
     elementwise_kernels="eager",
     gather_copy_out=True,
