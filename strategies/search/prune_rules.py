@@ -38,6 +38,7 @@ RULES: tuple[tuple[str, str], ...] = (
                "whose context parallelism and op-level recomputation are not modelled, or "
                "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
                "path are not; with cp_comm=a2a, cp does not divide the rank's query or KV "
+               "heads; with a2a+p2p, no all-to-all size 1 < k < cp divides cp and those "
                "heads)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
@@ -90,6 +91,8 @@ def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
             ok &= c["rc"] == RECOMPUTE_CODE[v]
+        elif k == "hierarchical_cp":      # a2a+p2p's size (``product._with_exchanges``: cpk)
+            ok &= c.get("cpk", np.ones_like(c["cp"])) == int(v)
         else:
             ok &= c[k] == (bool(v) if k == "sp" else int(v))
     return ok
