@@ -320,6 +320,25 @@ def test_saved_a2a_p2p_plan_reads_back_into_search_and_whatif(tmp_path, capsys):
     assert "cp8:a2a4+p2p" in json.dumps(rep)
 
 
+def test_search_reads_a_plan_file_as_estimate_does(tmp_path, capsys):
+    """A plan file's ``null`` (the key not given) and whole ``2.0`` (an integer) are read by
+    ``search --plan`` as by ``estimate --plan`` (``plan.parse.coerce``; was: ``--plan=
+    'cp_comm=none': cp_comm must be one of ...``, ``--plan='hierarchical_cp=2.0': must be an
+    integer``, ``--plan=None: must be module names``)."""
+    p = tmp_path / "p.yaml"
+    for text, tail in (("cp: 4\ncp_comm: null\ngbs: 16.0\n", "cp=4,ep=1"),
+                       ("cp: 4.0\ncp_comm: a2a+p2p\nhierarchical_cp: 2.0\n",
+                        "cp_comm=a2a+p2p,hierarchical_cp=2"),
+                       ("recompute: selective\nrecompute_modules: null\n", "recompute=selective")):
+        p.write_text(text, encoding="utf-8")
+        _runs(capsys, ["estimate", *H1, "--plan", str(p), "--global-batch", "16"])
+        rep = _runs(capsys, [*SEARCH, "--plan", str(p)])
+        assert rep["plans"] and all(tail in x["key"] for x in rep["plans"]), text
+    p.write_text("tp: 2.5\n", encoding="utf-8")
+    assert main([*SEARCH, "--plan", str(p)]) == 2
+    assert "--plan='tp=2.5': must be an integer" in capsys.readouterr().err
+
+
 def test_modules_joined_by_commas_in_search(capsys):
     """``recompute_modules=core_attn,mlp`` reads as one list in ``search --plan`` and ``--fix``,
     as in every other ``--plan`` (was: ``--plan='mlp': each item must be key=value``)."""

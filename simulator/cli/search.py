@@ -22,7 +22,7 @@ from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import LIST_KEYS, plan_items, refuse_path
+from strategies.plan.parse import LIST_KEYS, coerce, plan_items, refuse_path
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
@@ -259,6 +259,13 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         if key in seen:
             raise CliError("--plan", raw.strip(), "key given twice")
         seen.add(key)
+        if (value is None or isinstance(value, float)) and (key in FIX_KEYS or key == "gbs"):
+            try:        # a file's null or 2.0 as every --plan reads it (plan.parse.coerce)
+                value = coerce(key, value)
+            except SpecError as e:
+                raise CliError("--plan", f"{raw.strip()}={value}", e.rule) from None
+            if value is None:       # the key not given: the stack's own, as estimate reads it
+                continue
         if key == "gbs":
             gbs = check_int("gbs", parse_int_text("gbs", value), 1, MAX_GBS)
         elif key == "recompute_modules":     # a YAML list or names joined by , + or /
