@@ -38,7 +38,6 @@ RULES: tuple[tuple[str, str], ...] = (
                "whose context parallelism and op-level recomputation are not modelled, or "
                "DeepSeek-V4's compressed attention, whose context parallelism and unfused "
                "path are not; with cp_comm=a2a, cp does not divide the rank's query or KV "
-               "heads; with a2a+p2p, no all-to-all size 1 < k < cp divides cp and those "
                "heads)"),
     ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
            "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
