@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from simulator.workers import stop_on_signals
 
@@ -161,3 +162,42 @@ def emit_json(doc: dict[str, Any], out: str | None) -> None:
     with open(tmp, "w") as fh:
         fh.write(text)
     os.replace(tmp, out)
+
+
+def refuse(script: str, flag: str, value: Any, rule: str) -> NoReturn:
+    """Bad input to script ``script``: one line on stderr naming the flag, the value and the
+    rule, exit status 2 (the command line's contract, docs/cli.md), nothing run."""
+    print(f"{script}: error: {flag}={value!r}: {rule}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def reference_ids() -> list[str]:
+    """The run ids of the shipped reference files (``strategies/reference/data/*.json``, the
+    files that are lists of cases), read from the JSON, nothing estimated."""
+    ids: list[str] = []
+    for f in sorted((ROOT / "strategies" / "reference" / "data").glob("*.json")):
+        rows = json.loads(f.read_text(encoding="utf-8"))
+        if isinstance(rows, list):
+            ids += [str(r["id"]) for r in rows if isinstance(r, dict) and "id" in r]
+    return ids
+
+
+def check_id_filter(script: str, flag: str, text: str, regex: bool = False) -> None:
+    """A filter on the reference's run ids (``--rows TEXT``; with ``regex``, ``--match
+    REGEX``) refused (``refuse``) before any run is estimated where it is blank (an unset
+    shell variable), is not a regular expression, or matches no run id: not an empty table
+    and exit 0."""
+    if not str(text).strip():
+        refuse(script, flag, text, "is empty (an unset shell variable?): give text a run id "
+               "holds")
+    if regex:
+        try:
+            pattern = re.compile(text)
+        except re.error as e:
+            refuse(script, flag, text, f"is not a regular expression ({e})")
+        hit = any(pattern.search(i) for i in reference_ids())
+    else:
+        hit = any(text in i for i in reference_ids())
+    if not hit:
+        refuse(script, flag, text, "matches no run id of the reference "
+               "(strategies/reference/data/*.json)")

@@ -24,6 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.validate_published import family  # noqa: E402
+from experiments._report import check_id_filter  # noqa: E402
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import attention_counts, attention_time, overlap_clock  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--match", default=r"^mosaic_", help="regex on the run id")
     args = ap.parse_args(argv)
+    check_id_filter("attention_in_situ", "--match", args.match, regex=True)
     head = ("run", "kernel/stated", "attn share", "error", "modelled TF/s", "implied TF/s",
             "fa1 err")
     out = [(c.id, r) for c in load_cases(tiers=None)

@@ -45,7 +45,9 @@ place it is shown is listed. A whole run takes about 17 minutes on the shared 2-
 
 A run on a host shared with other jobs (session 24: 144 distinct commands, 82 passed, 1 failed,
 4 past the 120 s timeout, 57 skipped, 2,033 s) is re-run for its failures alone with
-``--match``, each failing command's text once (``--match 'gpt-1t' --match 'straggler='``).
+``--match``, each failing command's text once (``--match 'gpt-1t' --match 'straggler='``);
+a ``--match`` no command holds (a typo), a blank one, or an ``--only`` that names no doc exits
+2 in one line, not a run of nothing that passes.
 """
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)     # the parser check imports simulator.cli from this checkout
+
+from experiments._report import refuse  # noqa: E402
 
 PREFIXES = ("paraplan ", "python -m simulator.cli ", "python experiments/")
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
@@ -101,8 +105,8 @@ def doc_files(only: str | None = None) -> list[str]:
         want = os.path.normpath(only)
         files = [f for f in files if f == want or os.path.basename(f) == want]
         if not files:
-            raise SystemExit(f"doc_commands: error: --only={only}: not one of the docs read "
-                             "(README.md, docs/*.md but calibration.md)")
+            refuse("doc_commands", "--only", only, "not one of the docs read (README.md, "
+                   "docs/*.md but calibration.md)")
     return files
 
 
@@ -424,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                          "there for a matched one that reads it)")
     a = ap.parse_args(argv)
     cmds = extract(doc_files(a.only), a.benchmarks)
+    for m in a.match or ():     # a typo or a blank (an unset variable) is not a passing run
+        if not m.strip() or not any(m in c.text for c in cmds):
+            refuse("doc_commands", "--match", m, "is empty: give text a command holds"
+                   if not m.strip() else f"no command of {a.only or 'the docs'} holds it")
     if a.match:
         cmds = [c for c in cmds if any(m in c.text for m in a.match)]
     if a.list:

@@ -27,6 +27,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments._report import check_id_filter  # noqa: E402
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import Job  # noqa: E402
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--match", default=r"^(mosaic_|torchtitan_|megatron_core_|dgxc_nemo)",
                     help="regex on the run id")
     args = ap.parse_args(argv)
+    check_id_filter("gemm_in_situ", "--match", args.match, regex=True)
     head = ("run", "group", "error", "catalog eff", "implied eff", "implied/catalog",
             "mma.sync err")
     rows, per, cases = [], {}, {}

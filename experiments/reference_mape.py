@@ -1,7 +1,8 @@
 """Analytic MAPE and worst row of every reference file that ships
 (``strategies/reference/data/*.json`` but the schedule studies), each through
 ``paraplan validate --no-sim``; ``--rows SUBSTR`` also lists each row whose id contains
-SUBSTR with its measured and estimated step (seconds). About 15 s.
+SUBSTR with its measured and estimated step (seconds); a SUBSTR no row id holds, or a
+blank one, exits 2 before anything runs. About 15 s.
 
     python experiments/reference_mape.py [--rows SUBSTR]
 """
@@ -16,6 +17,9 @@ import sys
 from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from experiments._report import check_id_filter  # noqa: E402
 
 
 def file_cases(path: str) -> list[dict]:
@@ -43,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=None, help="list the rows whose id contains this text")
     a = ap.parse_args(argv)
+    if a.rows is not None:      # before the 35 s of estimates: a typo is not an empty list
+        check_id_filter("reference_mape", "--rows", a.rows)
     for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
         if "schedule_studies" in f:
             continue

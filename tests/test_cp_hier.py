@@ -254,7 +254,7 @@ def test_plan_field_refusals_by_name() -> None:
                         ("cp=8,hierarchical_cp=2", r"hierarchical_cp=2")):
         with pytest.raises(SpecError, match=match):
             parse_plan(spec)
-    with pytest.raises(SpecError, match=r"hierarchical_cp=8: cp_comm=a2a scatters attention "
+    with pytest.raises(SpecError, match=r"hierarchical_cp=8: cp_comm=a2a\+p2p scatters attention "
                                         r"heads .*num_attention_heads/tp=24/2"):
         _job("tp=2,cp=16,mbs=1,gbs=4,cp_comm=a2a+p2p,hierarchical_cp=8", nodes=4)
     _job("tp=2,cp=16,mbs=1,gbs=4,cp_comm=a2a+p2p,hierarchical_cp=4", nodes=4)

@@ -22,7 +22,7 @@ from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import plan_items, refuse_path
+from strategies.plan.parse import LIST_KEYS, coerce, plan_items, refuse_path
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
@@ -246,6 +246,9 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
             raise CliError(e.field, e.value, e.rule) from None
         for item in texts:
             key, eq, value = item.partition("=")
+            if not eq and items and _is_list_key(items[-1][0]):   # core_attn,mlp as a plan
+                items[-1] = (items[-1][0], f"{items[-1][1]},{item}")
+                continue
             if not eq or not key.strip():
                 raise CliError("--plan", item, "each item must be key=value, e.g. tp=8")
             items.append((key, value))
@@ -256,6 +259,13 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         if key in seen:
             raise CliError("--plan", raw.strip(), "key given twice")
         seen.add(key)
+        if (value is None or isinstance(value, float)) and (key in FIX_KEYS or key == "gbs"):
+            try:        # a file's null or 2.0 as every --plan reads it (plan.parse.coerce)
+                value = coerce(key, value)
+            except SpecError as e:
+                raise CliError("--plan", f"{raw.strip()}={value}", e.rule) from None
+            if value is None:       # the key not given: the stack's own, as estimate reads it
+                continue
         if key == "gbs":
             gbs = check_int("gbs", parse_int_text("gbs", value), 1, MAX_GBS)
         elif key == "recompute_modules":     # a YAML list or names joined by , + or /
@@ -278,6 +288,12 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         raise CliError("--plan", e.value, e.rule) from None
 
 
+def _is_list_key(raw: str) -> bool:
+    """Whether plan key ``raw`` takes a list whose items a plan's text joins with ``,``
+    (``recompute_modules=core_attn,mlp``: ``strategies.plan.parse.plan_mapping``'s rule)."""
+    return PLAN_ALIASES.get(raw.strip().lower(), raw.strip().lower()) in LIST_KEYS
+
+
 def merge_fixed(fix: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     """``--fix`` and ``--plan`` together; a key both give with different values is refused."""
     both = sorted(k for k in set(fix) & set(plan) if fix[k] != plan[k])
@@ -297,7 +313,10 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
         if text.strip().lower() == "none":
             raise CliError("--reference", text, "'none' (no reference) cannot be given with a "
                                                 "reference plan")
-        plan = parse_plan(text)
+        try:                # named as the flag's, as a reference that cannot run is
+            plan = parse_plan(text)
+        except SpecError as e:
+            raise CliError("--reference", text, str(e)) from None
         twin = next((t for t, p in out if p == plan), None)
         if twin is not None:
             raise CliError("--reference", text, f"the same plan as {twin}: each reference "

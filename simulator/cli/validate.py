@@ -14,6 +14,7 @@ import time
 from simulator.workers import MAX_WORKERS
 from simulator.cli.common import CliError, Once, add_json, emit_json, positive_int, table
 from simulator.studies.validate import default_jobs, draw_parity, load_cases, summarize, validate_cases
+from strategies.reference.cases import load_reference
 from strategies.errors import SpecError
 from topologies.limits import parse_int_text
 
@@ -71,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     tiers = parse_tiers(args.tiers)
     t0 = time.perf_counter()
     cases = load_cases(args.reference, tiers)
+    if not cases and args.reference is not None and not load_reference(args.reference):
+        raise CliError("--reference", args.reference, "holds no case (an empty list): give a "
+                       "list of cases in the format of strategies/reference/data/published.json")
     if not cases:
         raise CliError("--tiers", args.tiers, f"no case of {args.reference or 'the shipped reference'} "
                        "is in these tiers")

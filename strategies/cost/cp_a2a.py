@@ -141,7 +141,8 @@ def check_heads(m: ModelSpec, tp: int, cp: int, field: str = "cp") -> None:
     """``SpecError`` (field ``field``: ``cp``, or ``hierarchical_cp`` for a2a+p2p's
     all-to-all group) where ``heads_ok`` fails."""
     if not bool(heads_ok(m, tp, cp)):
-        raise SpecError(field, cp, f"cp_comm=a2a scatters attention heads over its all-to-all "
+        how = "a2a" if field == "cp" else "a2a+p2p"     # the exchange the value belongs to
+        raise SpecError(field, cp, f"cp_comm={how} scatters attention heads over its all-to-all "
                         f"group: {field} must divide the rank's query heads "
                         f"num_attention_heads/tp="
                         f"{m.num_attention_heads}/{tp} and KV heads {sent_kv_heads(m)}/{tp} "

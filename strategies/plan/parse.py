@@ -217,7 +217,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
         canon = ALIAS.get(key.strip().lower(), key.strip().lower())
-        last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
+        last = key.strip() if canon in LIST_KEYS or canon == "layout" else None
     return one_framework_key(d)
 
 
@@ -245,4 +245,6 @@ def refuse_path(text: str, field: str = "plan") -> None:
                         ".json (or give key=value,...)")
 
 
-_LIST_KEYS = {"recompute_modules"}
+#: plan keys that take a list, whose items plan text joins with "," too
+#: (``recompute_modules=core_attn,mlp``): an item without "=" after one continues it
+LIST_KEYS = {"recompute_modules"}

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 def check_partial_recompute(p: Plan) -> None:
     """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
     (Megatron's ``--recompute-granularity full``), the method only with a layer count;
-    ``recompute_modules`` only with ``recompute=selective``, each a known module (stored in
-    ``MODULES`` order, without repeats; the chunk's layer count and the model's kind are
+    ``recompute_modules`` only with ``recompute=selective``, each a known module named once
+    (stored in ``MODULES`` order; the chunk's layer count and the model's kind are
     checked with the model, ``strategies.job``)."""
     n, method, mods = p.recompute_layers, p.recompute_method, p.recompute_modules
     if n is not None:
@@ -43,6 +43,10 @@ def check_partial_recompute(p: Plan) -> None:
         if not mods:
             raise SpecError("recompute_modules", "", f"must name at least one of "
                             f"{', '.join(MODULES)}")
+        twice = next((m for i, m in enumerate(mods) if m in mods[:i]), None)
+        if twice is not None:       # a typo for another module? refused, as a key given twice
+            raise SpecError("recompute_modules", "+".join(mods), f"names {twice} twice (each "
+                            "module once)")
         if p.recompute != "selective":
             raise SpecError("recompute_modules", "+".join(mods), "needs recompute=selective "
                             "(Megatron's --recompute-granularity selective), not "

@@ -8,7 +8,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 from strategies.plan.checks import int_limit
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import coerce, plan_items
+from strategies.plan.parse import LIST_KEYS, coerce, plan_items
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
@@ -21,7 +21,7 @@ MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
             "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
-            *SWITCH_KEYS)
+            *SWITCH_KEYS, "hierarchical_cp")
 
 
 def parse_fix(text: str | None) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def parse_fix(text: str | None) -> dict[str, Any]:
     if text is None:                          # no --fix; a blank one is refused, as --plan ''
         return {}
     out: dict[str, Any] = {}
-    for item in plan_items(text, "--fix"):     # an empty item refused, as in a plan
+    for item in _list_items(plan_items(text, "--fix")):   # an empty item refused, as in a plan
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
         key = PLAN_ALIASES.get(key, key)     # Megatron's names, as a plan reads them
@@ -76,6 +76,12 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
                         f"selective), not recompute={out['recompute']}")
+    if "hierarchical_cp" in out:
+        _check_hierarchical(out)
+    elif out.get("cp_comm") == "a2a+p2p" and "cp" in out and \
+            not any(out["cp"] % k == 0 for k in range(2, out["cp"])):
+        raise SpecError("--fix", f"cp={out['cp']}", "cp_comm=a2a+p2p needs an all-to-all size "
+                        f"1 < k < cp dividing cp (hierarchical_cp); cp={out['cp']} has none")
     if out.get("moe_pad_to_capacity"):    # Plan's rule between the fields (check_pad_to_capacity)
         try:
             Plan(moe_pad_to_capacity=True, moe_capacity_factor=out.get("moe_capacity_factor"),
@@ -88,6 +94,38 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", f"vpp={out['vpp']}",
                         f"vpp >= 2 needs schedule={' or '.join(chunked)}")
     return out
+
+
+def _list_items(items: list[str]) -> list[str]:
+    """``items`` with a list key's further names joined to it, as a plan's text reads them
+    (``recompute_modules=core_attn,mlp`` is ``recompute_modules=core_attn+mlp``:
+    ``plan.parse.LIST_KEYS``)."""
+    out: list[str] = []
+    for item in items:
+        key = out[-1].partition("=")[0].strip().lower() if out else ""
+        if "=" not in item and PLAN_ALIASES.get(key, key) in LIST_KEYS:
+            out[-1] += "+" + item
+        else:
+            out.append(item)
+    return out
+
+
+def _check_hierarchical(out: dict[str, Any]) -> None:
+    """A fixed ``hierarchical_cp`` (a2a+p2p's all-to-all size, which a saved plan names):
+    with ``cp_comm=a2a+p2p`` fixed too, at least 2 and, where ``cp`` is fixed, ``Plan``'s own
+    rule (``plan.spec.check_hierarchical_cp``: it divides ``cp``, ``1 < k < cp``). The rows
+    then keep that size (``prune_rules.fixed_mask``)."""
+    k = out["hierarchical_cp"]
+    if out.get("cp_comm") != "a2a+p2p":
+        raise SpecError("--fix", f"hierarchical_cp={k}", "is the all-to-all size of "
+                        "cp_comm=a2a+p2p: fix cp_comm=a2a+p2p with it")
+    if k < 2:
+        raise SpecError("--fix", f"hierarchical_cp={k}", "must be >= 2 (k=1 is cp_comm=p2p)")
+    if "cp" in out:
+        try:
+            Plan(cp=out["cp"], cp_comm="a2a+p2p", hierarchical_cp=k)
+        except SpecError as e:
+            raise SpecError("--fix", f"hierarchical_cp={k}", e.rule) from None
 
 
 def _fix_switch(key: str, value: str) -> Any:

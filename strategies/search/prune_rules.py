@@ -92,6 +92,8 @@ def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
             ok &= c["rc"] == RECOMPUTE_CODE[v]
+        elif k == "hierarchical_cp":      # a2a+p2p's size (``product._with_exchanges``: cpk)
+            ok &= c.get("cpk", np.ones_like(c["cp"])) == int(v)
         else:
             ok &= c[k] == (bool(v) if k == "sp" else int(v))
     return ok

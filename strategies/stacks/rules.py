@@ -340,8 +340,11 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
     """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can):
-    ``stack_rules`` on the one plan, values as the plan gives them."""
-    return [(field, getattr(plan, field), why())
+    ``stack_rules`` on the one plan, values as the plan gives them (a list of names as plan
+    text joins them: ``recompute_modules='core_attn+mlp'``, not a Python tuple)."""
+    def given(v: Any) -> Any:
+        return "+".join(v) if isinstance(v, tuple) and all(isinstance(x, str) for x in v) else v
+    return [(field, given(getattr(plan, field)), why())
             for field, _, ok, why in stack_rules(fw, plan_view(plan)) if not bool(ok)]
 
 
