@@ -27,7 +27,7 @@ from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.search.fix_rules import fixed_contradictions
-from strategies.search.fix_parse import FIX_KEYS, parse_fix
+from strategies.search.fix_parse import FIX_KEYS, UNFIXABLE, parse_fix
 from strategies.search.space import SpaceOptions
 from strategies.stacks.plan_defaults import restate_for_stack
 from strategies.schedules import get_schedule
@@ -279,6 +279,10 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
                 raise CliError("--plan", f"{raw.strip()}={value}", f"{key} takes one value "
                                "(no ',')")
             fixed.append(f"{key}={value.strip()}")
+        elif key in UNFIXABLE:      # a Plan field no searched plan holds
+            raise CliError("--plan", f"{raw.strip()}={value}", "is not a key a search can "
+                           f"fix: {UNFIXABLE[key]} (run estimate --plan FILE or simulate "
+                           "--plan FILE for this plan)")
         else:
             raise CliError("--plan", raw.strip(), "is not a key a search can fix; keys: gbs, "
                            + ", ".join(FIX_KEYS))

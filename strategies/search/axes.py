@@ -109,6 +109,9 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
           "cpx": cp_exchanges(fx, framework)}
     if "recompute_modules" in fx:
         ax["rcm"] = modules_mask(fx["recompute_modules"])
+    if "recompute_layers" in fx:     # carried by the full rows (``product._grid``)
+        ax["rcl"] = fx["recompute_layers"]
+        ax["rcu"] = value_code("recompute_method", fx["recompute_method"])
     if "flushes" in fx:
         ax["fl"] = fx["flushes"]
     if "microbatch_group_size" in fx:

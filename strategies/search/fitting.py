@@ -87,8 +87,9 @@ def least_recompute(mem: SpaceMemory, c: dict[str, np.ndarray], peak: np.ndarray
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
     ``mem``: the space's memory rule (``space_memory.SpaceMemory``: the chip, the stack's
-    terms). Returns the updated peaks."""
-    rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
+    terms). A row that carries a count (``--fix recompute_layers``) keeps it. Returns the
+    updated peaks."""
+    rows = np.flatnonzero((c["rc"] == RECOMPUTE_CODE["full"]) & (c["rcl"] == 0))
     if not len(rows):
         return peak
     sub = {k: v[rows] for k, v in c.items()}

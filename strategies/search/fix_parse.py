@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from strategies.errors import SpecError
+from strategies.cost.recompute import METHODS
 from strategies.plan import Plan
 from strategies.plan.checks import int_limit
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
@@ -13,7 +14,7 @@ from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
 from strategies.schedules.registry import chunked_names, grouped_names
-from strategies.search.plan_rows import SWITCH_KEYS
+from strategies.search.plan_rows import LAYOUT_KEYS, SWITCH_KEYS
 from topologies.limits import check_int, parse_int_text
 
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
@@ -21,7 +22,15 @@ MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
             "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
-            *SWITCH_KEYS, "hierarchical_cp")
+            *SWITCH_KEYS, "hierarchical_cp", "recompute_layers", "recompute_method",
+            *LAYOUT_KEYS)
+#: what a search cannot fix and why (``search``/``whatif --plan`` refuse them naming this)
+UNFIXABLE = {"layout": "a pipeline layout string places each layer by hand; the search's "
+                       "layouts are even, first/last-stage counts or slots",
+             "layers_per_stage": "per-stage layer counts are sized to a mixed cluster's GPUs "
+                                 "by the search itself (its uneven plans, docs/search.md)",
+             "group_microbatches": "per-group micro-batch shares are sized to a mixed "
+                                   "cluster's GPUs by the search itself"}
 
 
 def parse_fix(text: str | None) -> dict[str, Any]:
@@ -57,6 +66,13 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             out[key] = value
         elif key == "recompute_modules":
             out[key] = _fix_modules(value)
+        elif key == "recompute_method":
+            if value not in METHODS:
+                raise SpecError("--fix", item, f"recompute_method must be one of "
+                                f"{', '.join(METHODS)}")
+            out[key] = value
+        elif key in ("account_embedding", "account_loss"):
+            out[key] = _fix_switch(key, value)
         elif key == "sp":
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
@@ -76,6 +92,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
                         f"selective), not recompute={out['recompute']}")
+    _check_partial_recompute(out)
+    _check_layout(out)
     if "hierarchical_cp" in out:
         _check_hierarchical(out)
     elif out.get("cp_comm") == "a2a+p2p" and "cp" in out and \
@@ -108,6 +126,41 @@ def _list_items(items: list[str]) -> list[str]:
         else:
             out.append(item)
     return out
+
+
+def _check_partial_recompute(out: dict[str, Any]) -> None:
+    """A fixed ``recompute_layers`` (and ``recompute_method``, which needs it: ``Plan``'s rule,
+    ``plan.recompute_fields``) fixes ``recompute=full`` too; any other fixed ``recompute`` is
+    refused. The full rows then carry that count (``product._grid``) instead of the fewest
+    that fit (``fitting.least_recompute``), the rows whose largest chunk holds fewer layers
+    pruned (``prune_rules.fixed_mask``)."""
+    if "recompute_method" in out and "recompute_layers" not in out:
+        raise SpecError("--fix", f"recompute_method={out['recompute_method']}",
+                        "needs recompute_layers=N (the layers recomputed per chunk)")
+    if "recompute_layers" not in out:
+        return
+    if out.setdefault("recompute", "full") != "full":
+        raise SpecError("--fix", f"recompute_layers={out['recompute_layers']}",
+                        f"needs recompute=full, not recompute={out['recompute']}")
+    out.setdefault("recompute_method", METHODS[0])
+
+
+def _check_layout(out: dict[str, Any]) -> None:
+    """Fixed layout fields (a saved uneven plan's): the search's slot layouts count the
+    embedding and the loss together (one ``acc`` column, ``layouts.Candidate``), so
+    ``account_embedding`` and ``account_loss`` are fixed to one value; slots and first/last
+    counts are two layouts (``Plan``'s rule). The rows then keep that layout, the unfixed
+    layout fields at their even values (``prune_rules.fixed_mask``)."""
+    acc = {k: out[k] for k in ("account_embedding", "account_loss") if k in out}
+    if len(set(acc.values())) > 1 or (len(acc) == 1 and any(acc.values())):
+        text = ",".join(f"{k}={str(v).lower()}" for k, v in acc.items())
+        raise SpecError("--fix", text, "the search's layouts count the embedding and the "
+                        "loss as slots together (NeMo's recipes): fix both true or "
+                        "neither (run estimate --plan FILE for this plan)")
+    if any(acc.values()) and any(out.get(k) for k in ("first_stage_layers",
+                                                       "last_stage_layers")):
+        raise SpecError("--fix", "account_embedding=true", "slots and first/last-stage layer "
+                        "counts are two layouts: fix one of them")
 
 
 def _check_hierarchical(out: dict[str, Any]) -> None:

@@ -24,6 +24,8 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
                "moe_capacity_factor": "cf", "moe_pad_to_capacity": "pad", "flash_attn": "flash",
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg", "cp_comm": "cpc"}
+#: the uneven pipeline layout's fields (``layouts``: the ``lf``, ``ll`` and ``acc`` columns)
+LAYOUT_KEYS = ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
            "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc",

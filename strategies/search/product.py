@@ -163,6 +163,9 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
         cols["tpo"] = stack_tp_overlap(framework, cols["tp"], cols["sp"], cols["tpo"])
     if "rcm" in ax:     # --fix recompute_modules: carried by the selective rows only
         cols["rcm"] = np.where(rc == RECOMPUTE_CODE["selective"], ax["rcm"], 0)
+    for k in ("rcl", "rcu"):    # --fix recompute_layers (and method): the full rows only
+        if k in ax:
+            cols[k] = np.where(rc == RECOMPUTE_CODE["full"], ax[k], 0).astype(np.int64)
     # --fix flushes: on every row (``flush_rules`` prunes those that cannot flush); --fix
     # microbatch_group_size: on the rows of a schedule that takes a group (the rest pruned)
     cols["fl"] = np.full(fi.shape, ax.get("fl", 1), dtype=np.int64)

@@ -19,11 +19,11 @@ from strategies.model import ModelSpec
 from strategies.model.dsv4 import plan_modelled
 from strategies.plan.checks import expert_shard_whole
 from strategies.plan.choices import CP_COMMS
-from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, rank_layers
 from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
 from strategies.schedules.validity import all_ok
 from strategies.search.options import SpaceOptions
-from strategies.search.plan_rows import SWITCH_KEYS
+from strategies.search.plan_rows import LAYOUT_KEYS, SWITCH_KEYS
 from strategies.stacks.cp_windows import window_exchange_ok
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import ep_overlap_rules, stack_mask
@@ -71,10 +71,25 @@ def tp_divides_heads(model: ModelSpec, tp):
     return ok & tp_divides_mixer(model, tp) if model.is_hybrid else ok
 
 
-def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
+def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any],
+               num_layers: int | None = None) -> np.ndarray:
+    """The rows whose columns hold the values ``fixed`` gives (``--fix``, a ``--plan``'s
+    keys); ``num_layers``: the model's, for a fixed ``recompute_layers`` (at most the layers
+    of the row's largest chunk, ``job``'s rule)."""
     ok = np.ones(len(c["tp"]), dtype=bool)
+    if any(k in fixed for k in LAYOUT_KEYS):    # a saved uneven layout: the rows holding it,
+        # the fields it leaves out at their even values (``layouts.candidate_columns``)
+        ok &= (c["lf"] == int(fixed.get("first_stage_layers") or 0)) \
+            & (c["ll"] == int(fixed.get("last_stage_layers") or 0)) \
+            & (c["acc"] == bool(fixed.get("account_embedding", False)))
     for k, v in fixed.items():
-        if k in SWITCH_KEYS:        # carried by every row (``product._switches``)
+        if k in SWITCH_KEYS or k in LAYOUT_KEYS or k == "recompute_method":
+            continue    # carried by every row (``product._switches``), or read above/below
+        if k == "recompute_layers":     # the full rows carry it (``product._grid``)
+            first, mid, last, _, _ = rank_layers(int(num_layers or 0),
+                                                 PlanArrays.from_columns(c))
+            most = np.ceil(np.maximum(np.maximum(first, mid), last) / c["vpp"])
+            ok &= (c["rc"] == RECOMPUTE_CODE["full"]) & (most >= int(v))
             continue
         if k == "recompute_modules":      # the modules of a selective plan (``product._grid``)
             ok &= c["rc"] == RECOMPUTE_CODE["selective"]
@@ -184,7 +199,7 @@ def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
         return ok if asked_selective else ok & ~((c["rc"] == 1) & c["flash"] & scores_only)
 
     return (
-        ("fixed", lambda c: fixed_mask(c, opts.fixed)),
+        ("fixed", lambda c: fixed_mask(c, opts.fixed, L)),
         ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
         ("cp_seq", lambda c: ((c["cp"] == 1) | (s % (2 * c["cp"]) == 0)) & mamba_ok(c) & dsv4_ok(c)
