@@ -71,8 +71,11 @@ def parse_fix(text: str | None) -> dict[str, Any]:
                 raise SpecError("--fix", item, f"recompute_method must be one of "
                                 f"{', '.join(METHODS)}")
             out[key] = value
-        elif key in ("account_embedding", "account_loss"):
-            out[key] = _fix_switch(key, value)
+        elif key in ("account_embedding", "account_loss"):   # needs pp > 1: the rows'
+            try:
+                out[key] = coerce(key, value)       # rule (only pipelined rows hold slots)
+            except SpecError as e:
+                raise SpecError("--fix", item, f"{key} {e.rule}") from None
         elif key == "sp":
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
