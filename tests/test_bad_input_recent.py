@@ -337,7 +337,7 @@ CASES = [
      ["--plan='moe_capacity_factor=-1'", "must be a number > 0"]),
     ("search-unknown-plan-key", ["search", *MOE, "--plan",
                                  "ep=8,gbs=16,group_microbatches=8/8"], {},
-     ["--plan='group_microbatches'", "not a key a search can fix"]),
+     ["--plan='group_microbatches=8/8'", "not a key a search can fix", "estimate --plan"]),
     ("calibrate-bad-tp-no-profile", ["calibrate", "--backend", "fake", "--out", "{d}/gpu.yaml",
                                      "--tp", "0"], {}, ["--tp=0", ">= 1"]),
 ]
