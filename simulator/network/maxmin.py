@@ -81,11 +81,11 @@ def max_min_memo(memo: dict, capacity: np.ndarray, links: np.ndarray) -> np.ndar
     and kept there while the memo has room: a pure function of the capacities and the
     matrix, so the same rates bit for bit. The array returned may be the memo's: never
     written to."""
-    key = (links.shape[1], links.tobytes())
+    key = (links.shape[1], links.dtype.char, links.tobytes())
     rates = memo.get(key)
     if rates is None:
         rates = max_min_rates(capacity, links)
-        room = _room[0] - len(key[1]) - rates.nbytes
+        room = _room[0] - len(key[2]) - rates.nbytes
         if room >= 0:
             _room[0] = room
             memo[key] = rates
