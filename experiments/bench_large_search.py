@@ -8,6 +8,7 @@ On a shared machine the wall clock mostly measures the other users: compare CPU 
 
     python experiments/bench_large_search.py --tree /tmp/before --repeat 2
     python experiments/bench_large_search.py --cases default
+    python experiments/bench_large_search.py --tree /tmp/before --cases default,deepseek-v3 --repeat 3
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ CASES = {
     "gpt-18.4b": ["--model", "gpt-18.4b", "--cluster", "hgx-h800:256",
                   "--framework", "megatron-core", "--global-batch", "1024", *ONE],
     "default": ["--json"],
+    # DeepSeek-V3 on 2,048 H800 under the report's stack (docs/reports/deepseek_v3.md)
+    "deepseek-v3": ["--model", "deepseek-v3", "--cluster", "hgx-h800:256", "--framework",
+                    "hai-llm", "--dtype", "fp8-blockwise", "--global-batch", "4096", *ONE],
 }
 
 

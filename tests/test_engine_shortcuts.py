@@ -77,14 +77,15 @@ def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> list:
 
 
 def test_max_min_rates_on_the_crossed_links_equal_the_plain_form():
-    """Few flows over a large network (most links unused, the padding link used or not,
+    """Few flows over a large network (rows of 1-10 links: narrower than, as wide as and
+    wider than the solver's 8-column words; most links unused, the padding link used or not,
     links crossed twice, levels tied across links): the same rates, bit for bit."""
     rng = np.random.default_rng(11)
     for _ in range(300):
         nlinks = int(rng.integers(2, 400))
         cap = np.append(rng.choice([1.0, 3.0, 1e9, 2.5e11 / 3, 1.2e11, 2.5e10], size=nlinks),
                         np.inf)
-        nflows, hops = int(rng.integers(1, 30)), int(rng.integers(1, 7))
+        nflows, hops = int(rng.integers(1, 30)), int(rng.integers(1, 11))
         links = np.full((nflows, hops), nlinks, dtype=np.int64)
         pool = rng.integers(0, nlinks, size=int(rng.integers(1, 12)))   # a few links shared
         for f in range(nflows):

@@ -106,7 +106,7 @@ def test_rates_by_slot_order_are_the_multiset_rates():
     links_of = {no: np.frombuffer(key, dtype=np.int64) for key, no in net._route_no.items()}
     assert net._rates_by_slot
     for key, rates in net._rates_by_slot.items():
-        rows = [links_of[no] for no in np.frombuffer(key, dtype=np.int64).tolist()]
+        rows = [links_of[no] for no in np.frombuffer(key, dtype=net._rno.dtype).tolist()]
         hops = max(r.size for r in rows)
         table = np.full((len(rows), hops), net._pad, dtype=np.int64)
         for i, r in enumerate(rows):

@@ -120,6 +120,9 @@ def relays(topology: str, rails: int, src_local, dst_local):
     """Whether a transfer between two nodes, from local GPU ``src_local`` to local GPU
     ``dst_local``, first crosses the source node's fabric to the GPU on the destination's
     rail (GPU ``i`` uses rail ``i % rails``). Vectorised (a bool for scalars)."""
+    if type(src_local) is int and type(dst_local) is int and type(rails) is int and rails > 0:
+        # the route builder's case (every new GPU pair): the same ``np.bool_`` without arrays
+        return np.bool_(topology in RAIL_ROUTED and src_local % rails != dst_local % rails)
     a, b = np.asarray(src_local), np.asarray(dst_local)
     out = (a % rails != b % rails) if topology in RAIL_ROUTED else np.zeros(
         np.broadcast(a, b).shape, dtype=bool)
@@ -178,6 +181,8 @@ def _compute(graph: nx.DiGraph, src: Node, dst: Node) -> list[Node]:
 
 
 def _is_gpu(meta: dict, v: Node) -> bool:
+    if type(v) is int:          # the common case, without the ``numbers.Integral`` check
+        return "inter_topology" in meta and 0 <= v < meta["num_nodes"] * meta["gpus_per_node"]
     if "inter_topology" not in meta or isinstance(v, bool) or not isinstance(v, numbers.Integral):
         return False
     return 0 <= v < meta["num_nodes"] * meta["gpus_per_node"]

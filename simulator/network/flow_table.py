@@ -21,6 +21,10 @@ from simulator.network.routes import LinkTables, RouteFn, RouteTable
 
 FEW_FLOWS = 8   # up to this many flows started together go in one by one (``_start_flows``)
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
+# 32-bit route numbers and link indices in the flow table (< 2**31 of each per network): the
+# rate recomputation sorts, gathers and hashes them (``FlowNetwork._rates_of``, the solver
+# memo's key), half the bytes of int64 for the same numbers
+ROUTE_NO = LINK_NO = np.int32
 _count = np.count_nonzero   # truthy as ``np.logical_or.reduce`` of ints, without a ufunc reduction
 _first = itemgetter(0)
 
@@ -40,7 +44,7 @@ class FlowBlock:
         self.rno = None
         self.rows = self.flat = self.cols = self.counts = None
         if min(sizes) == self.hops:
-            self.rows = np.array(self.links, dtype=np.int64)
+            self.rows = np.array(self.links, dtype=LINK_NO)
         else:
             self.counts = np.array(sizes)
             first = np.cumsum(self.counts) - self.counts
@@ -64,9 +68,11 @@ class FlowTable(RouteTable):
                  tables: Optional[LinkTables] = None) -> None:
         super().__init__(graph, route_fn, tables)
         # flow slots: per-slot arrays, a link-index matrix padded with ``_pad``
-        self._links = np.full((0, 1), self._pad, dtype=np.int64)
+        self._links = np.full((0, 1), self._pad, dtype=LINK_NO)
         self._size, self._rem = np.zeros(0), np.zeros(0)
-        self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
+        # each slot's route number (``_route_of``), 32-bit: ``FlowNetwork._rates_of`` sorts and
+        # hashes these per rate recomputation, half the bytes of int64 (the same numbers)
+        self._rno = np.zeros(0, dtype=ROUTE_NO)
         self._active = np.zeros(0, dtype=bool)
         # a slot started by ``start_block``: its block's number (0: a flow of its own, whose
         # ``fin`` and ``tag`` are in ``_fins``/``_tags``); a block's [fin, tag, flows left]
@@ -91,7 +97,7 @@ class FlowTable(RouteTable):
 
     def _grow(self, slots: int, hops: int) -> None:
         old, old_hops = self._links.shape
-        links = np.full((slots, hops), self._pad, dtype=np.int64)
+        links = np.full((slots, hops), self._pad, dtype=LINK_NO)
         links[:old, :old_hops] = self._links
         self._links = links
         if hops != old_hops:
@@ -138,7 +144,7 @@ class FlowTable(RouteTable):
                 row = self._padded.get(no)
                 if row is None:
                     row = self._padded[no] = np.full(table.shape[1], self._pad,
-                                                     dtype=np.int64)
+                                                     dtype=LINK_NO)
                     row[:links.size] = links
                 table[slot] = row
             self._rno[slot] = no
@@ -239,7 +245,7 @@ class FlowTable(RouteTable):
             self._links[idx] = self._pad
             self._links[block.flat_rows(idx), block.cols] = block.flat
         if block.rno is None:
-            block.rno = np.array([self._route_of(x) for x in block.links], dtype=np.int64)
+            block.rno = np.array([self._route_of(x) for x in block.links], dtype=ROUTE_NO)
         self._rno[idx] = block.rno
         self._size[idx] = nbytes
         self._rem[idx] = nbytes

@@ -18,6 +18,7 @@ _SOLVED_BYTES = 64 << 20
 _solved: dict[bytes, dict] = {}       # capacity vector (bytes) -> {(hops, links bytes): rates}
 _room = [_SOLVED_BYTES]
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)`` without its wrapper
+_WORD = 8       # bools per uint64: rows this wide are tested for a crossing word by word
 
 
 def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
@@ -41,10 +42,16 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     used = count.nonzero()[0]                 # in index order: the padding link last
     local = np.empty(capacity.shape[0], dtype=np.int64)
     local[used] = np.arange(used.size)
-    links = local[links]
-    count = count[used]
     nlinks, pad = used.size, used.size - 1
-    nflows = links.shape[0]
+    nflows, hops = links.shape
+    if hops < _WORD:    # rows padded to 8 columns: a row's crossings are one 8-byte word
+        wide = np.full((nflows, _WORD), pad, dtype=np.int64)
+        wide[:, :hops] = local[links]
+        links = wide
+    else:
+        links = local[links]
+    word = links.shape[1] == _WORD
+    count = count[used]
     count[pad] = 0
     rates, spare = np.zeros(nflows), capacity[used].astype(float, copy=False)
     live, share, left = np.ones(nflows, dtype=bool), np.empty(nlinks), nflows
@@ -57,7 +64,11 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
         # the live flows crossing a saturated link, in flow order: one vector pass over the
         # (flows, hops) matrix (a slice per saturated link was most of the time with hundreds
         # of flows and links saturating together, issue 17)
-        hit = (_any_row(saturated[links]) & live).nonzero()[0]
+        # (the padding columns added change no row: the padding link saturates only when
+        # every link does, at an infinite level, and then every live flow is hit anyway)
+        crossed = saturated[links]
+        crossed = crossed.view(np.uint64).ravel() != 0 if word else _any_row(crossed)
+        hit = (crossed & live).nonzero()[0]
         rates[hit], live[hit] = level, False
         left -= hit.size
         if not left:                  # the last level (inf where no live flow had a link)
@@ -81,11 +92,11 @@ def max_min_memo(memo: dict, capacity: np.ndarray, links: np.ndarray) -> np.ndar
     and kept there while the memo has room: a pure function of the capacities and the
     matrix, so the same rates bit for bit. The array returned may be the memo's: never
     written to."""
-    key = (links.shape[1], links.tobytes())
+    key = (links.shape[1], links.dtype.char, links.tobytes())
     rates = memo.get(key)
     if rates is None:
         rates = max_min_rates(capacity, links)
-        room = _room[0] - len(key[1]) - rates.nbytes
+        room = _room[0] - len(key[2]) - rates.nbytes
         if room >= 0:
             _room[0] = room
             memo[key] = rates
