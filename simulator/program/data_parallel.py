@@ -6,6 +6,7 @@ reduce-scatters. Units: seconds, bytes.
 """
 from __future__ import annotations
 
+from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import Collective, Compute
 from strategies import placement
 from strategies.cost.comm import grad_shard_params, measured_scale
@@ -208,3 +209,77 @@ class DataParallelOps:
         if len(self.chunk[c]) <= 1 and L > 1:
             self._z3_rs((L - 1) / L, (self.last_compute,), label, i)
         self._z3_rs(1 / L, (self.last_compute,), label, i)
+
+
+class FillGathers:
+    """A one-chunk pipeline's overlapped parameter gathers at the stage's first forward
+    (``stacks.param_gather.gathers_on_fill_path``, docs/calibration.md §5.194): Megatron-Core's
+    forward pre-hook (``finish_param_sync``) waits for a bucket's all-gather, then dispatches
+    the next bucket's, whose NCCL stream waits for the compute stream's work so far. So the
+    first bucket (the embedding's and the first layers') is gathered whole before the
+    forward, and each later one beside the forward of the layers of the bucket before.
+    ``need``: for each forward unit (the embedding, each layer, the LM head) the bucket (in
+    the gradient buckets' reduction order, ``ChunkBuckets.buckets``) it waits for last (a
+    layer's MLP: its lead item, gathered after its attention's)."""
+
+    def __init__(self, buckets, layers: int) -> None:
+        ends = [idx for idx, _ in buckets.buckets]
+        h = 1 if buckets.head else 0
+
+        def bucket_of(item: int) -> int:
+            return next(k for k, e in enumerate(ends) if e >= item)
+        self.params = [p for _, p in buckets.buckets]
+        self.embedding = bucket_of(h + 2 * layers) if buckets.embedding else None
+        self.layers = [bucket_of(h + 2 * (layers - 1 - n)) for n in range(layers)]
+        self.head = 0 if buckets.head else None
+        self.ops: dict[int, list[int]] = {}     # bucket -> its gathers (dense, experts)
+        self.done = len(self.params)            # the lowest bucket waited for so far
+
+    def counts(self) -> list[int]:
+        """The forward's pieces (layer counts): a piece starts at each layer that waits for
+        a bucket not waited for before it."""
+        out, seen = [], len(self.params)
+        for b in self.layers:
+            if b < seen or not out:
+                out.append(0)
+                seen = min(seen, b)
+            out[-1] += 1
+        return out
+
+
+class FillGatherOps:
+    """``ProgramBuilder``'s parameter gathers at the stage's first forward (``FillGathers``;
+    a mixin: the builder holds the state)."""
+
+    def _gather_bucket(self, b: int, deps: tuple) -> None:
+        """Bucket ``b``'s all-gather (the dense over dp·cp, the routed experts over their
+        group, ``_dp_parts``) on the dp-comm stream after ``deps``."""
+        fill = self.fill
+        width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
+                 else self.c.param_bytes)
+        ops = []
+        for dim, k, suffix in self._dp_parts(fill.params[b]):
+            op = self.coll("dp-comm", "allgather", dim, width * k, 1.0, "dp",
+                           f"{PARAM_GATHER_PREFIX} bucket {b}{suffix}", deps=deps, tag="dp")
+            if op is not None:
+                ops.append(op)
+                self.n_param_gathers += 1
+        fill.ops[b] = ops
+
+    def fill_start(self) -> None:
+        """The first bucket's gather, once the stage's first forward may start (after its
+        receive of micro-batch 0: what that forward waits for)."""
+        first = len(self.fill.params) - 1
+        self._gather_bucket(first, (*self.wait, self.last_compute))
+
+    def fill_need(self, b: int | None) -> None:
+        """The next compute (a forward unit) waits for the gathers down to bucket ``b``;
+        waiting for each dispatches the next bucket's, after the compute stream's work."""
+        fill = self.fill
+        if b is None:
+            return
+        while fill.done > b:
+            fill.done -= 1
+            self.wait += fill.ops[fill.done]
+            if fill.done > 0:
+                self._gather_bucket(fill.done - 1, (*self.wait, self.last_compute))
