@@ -120,9 +120,10 @@ def test_one_bucket_tail_in_closed_form():
 @pytest.mark.parametrize("fw", ["megatron-core", "nemo"])
 def test_rule_moves_estimate_and_simulation_together_1f1b(fw):
     """1F1B, pp 2: with the rule the estimate meets the contention-free simulation within
-    0.2 % (-0.127 % Megatron-Core, +0.120 % NeMo; §5.194: the simulated program gathers
-    each stage's buckets at its first forward, and the forward of the layers whose MLP is in
-    the last gathered bucket runs after the whole gather, on both sides). What is left
+    0.2 % (-0.127 % Megatron-Core, +0.158 % NeMo; §5.194: the simulated program gathers
+    each stage's buckets at its first forward, and the forward of the layers whose attention
+    is in the last gathered bucket (at least the last layer) runs after the whole gather, on
+    both sides). What is left
     (Megatron-Core, -0.069 ms): rank 0's nine reduce-scatter and nine gather calls each pay
     their latency in the simulation, where the estimate prices one call of each (-0.152 ms
     each); the estimate's window of the last backward leaves out its exposed TP all-gathers

@@ -43,7 +43,7 @@ class Passes:
             counts = [1] * len(self.chunk[c]) if by_layer or self.gran == "layer" \
                 else fill.counts()
             for nl, items in zip(counts, self.segments(c, counts, False)):
-                self.fill_need(fill.layers[n])
+                self.fill_need(*fill.layers[n])
                 self.block(True, items, label, i, c)
                 n += nl
                 yield

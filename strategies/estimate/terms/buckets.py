@@ -26,7 +26,8 @@ class BucketWindows:
     the parameters of its last-reduced bucket (``cut_windows``), ``emb_k`` the embedding's
     there (the parameter gather's first bucket reads it), ``window_k`` its last
     backward's seconds, ``lead_k`` the seconds of it before the first bucket launches,
-    ``lead_layers_k`` the layers whose lead is in that bucket (all where it is one),
+    ``lead_layers_k`` the layers whose attention is in that bucket, at least one (all
+    where it is one),
     ``whole_k`` the share of its parameters in one bucket (0 where the size rule applies);
     ``r_f`` rank 0's forward share of its compute, ``slack`` each kind of rank's compute end
     before the pipeline's (``rank_slack``)."""
@@ -52,8 +53,9 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
     layer's backward less its attention's, ``bucket_cut.lead_tail``, where
     ``LayerBlocks._lead_split`` launches it; a layer's rest at its end; ``window`` where the
     embedding or the remainder closes it); ``last``: the last bucket's parameters;
-    with ``layers``, third, how many of the chunk's last layers have their lead in the first
-    bucket (the next step's forward of these waits for its gather, the last: §5.194). Arrays
+    with ``layers``, third, how many of the chunk's last layers have their attention in the
+    first bucket, at least one (the next step's forward of these waits for its gather, the
+    last: §5.194). Arrays
     over plans; parameters, seconds."""
     mtp_p, mtp_t, mtp_n = mtp
     first, last = chunk_cut(sc.bucket_params, head, sc.layer_params, sc.layer_lead_params, n,
@@ -66,7 +68,10 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
     lead = np.where(first >= 1 + mtp_n + 2 * np.rint(n), window, at)
     if not layers:
         return lead, last
-    return lead, last, np.where(first < 1 + mtp_n, 0.0, np.minimum(j + 1, np.rint(n)))
+    # the layers whose attention is in the first bucket, at least the last one (its MLP
+    # is): what the next forward runs after that bucket's gather (``FillGathers``)
+    return lead, last, np.where(first < 1 + mtp_n, 0.0,
+                                np.minimum(np.maximum(j + rest, 1.0), np.rint(n)))
 
 
 def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile,

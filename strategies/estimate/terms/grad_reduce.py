@@ -94,8 +94,9 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         ag = np.where(opg, ag_over, t_ag_k[k])
         # at the stage's first forward (§5.194): each bucket's gather is dispatched where the
         # forward reaches the bucket before it (``finish_param_sync``), so the layers whose
-        # lead is in the last gathered bucket (the gradients' first; the LM head after them
-        # either way) run after the whole gather, the rest of the forward beside it
+        # attention is in the last gathered bucket (the gradients' first; at least the last
+        # layer, whose MLP is; the LM head after them either way) run after the whole
+        # gather, the rest of the forward beside it (the simulator's ``FillGathers``)
         fill = np.maximum(t_ag_k[k] - ag_fwd + win.lead_layers_k[k] * sc.layer_fwd, ag_edge)
         if calls.sms.sm and calls.sms.nccl:
             fill = fill + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
