@@ -113,3 +113,22 @@ def test_fill_path_with_the_stack_buckets():
     assert fill > _t_ag(j, 1)
     assert fill < _t_ag(j, 0) + _t_ag(j, 1)
     assert float(a["dp_comm"]) > fill
+
+
+def test_fill_gather_order_by_hand():
+    """``FillGathers`` on a hand-cut chunk (4 layers of 30M, MLP 20M, embedding 50M, 40M
+    buckets; backward items MLP3 attn3 MLP2 | attn2 MLP1 attn1 | MLP0 attn0 embedding, so
+    buckets 0, 1, 2 close at items 2, 5, 8): the embedding and layer 0 wait for bucket 2
+    (gathered first), layer 1 for bucket 1, layer 2 for bucket 1 (its MLP's bucket 0 is
+    gathered beside it), the last layer for bucket 0; the forward in pieces of 1, 2, 1
+    layers."""
+    from types import SimpleNamespace as NS
+    from simulator.program.data_parallel import FillGathers
+    from simulator.program.grad_buckets import chunk_buckets
+    costs = NS(layer_params=30e6, head_params=0.0, embedding_params=50e6, bucket_params=40e6)
+    b = chunk_buckets(costs, True, False, 4, params=[30e6] * 4, leads=[20e6] * 4)
+    assert b.buckets == ((2, 50e6), (5, 40e6), (8, 80e6))
+    f = FillGathers(b, 4)
+    assert f.embedding == 2 and f.head is None
+    assert f.layers == [(2, 2), (1, 1), (1, 0), (0, 0)]
+    assert f.counts() == [1, 2, 1]

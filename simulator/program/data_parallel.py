@@ -233,8 +233,9 @@ class FillGathers:
             return next(k for k, e in enumerate(ends) if e >= item)
         self.params = [p for _, p in buckets.buckets]
         self.embedding = bucket_of(h + 2 * layers) if buckets.embedding else None
-        self.layers = [(bucket_of(h + 2 * (layers - 1 - n) + 1), bucket_of(h + 2 * (layers - 1 - n)))
-                       for n in range(layers)]
+        # layer n's MLP is item h + 2b, its attention h + 2b + 1 (b = layers - 1 - n)
+        self.layers = [(bucket_of(h + 2 * b + 1), bucket_of(h + 2 * b))
+                       for b in range(layers - 1, -1, -1)]
         if layers:
             self.layers[-1] = (self.layers[-1][1], self.layers[-1][1])
         self.head = 0 if buckets.head else None
