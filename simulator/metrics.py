@@ -108,21 +108,20 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
     where the gathers hold SMs (``gather_sms``: the chip's SM count and the SMs held), plus
     what they add to that forward (``sm_share.overlap_extra`` of the buckets after the
     first, which the forward waits for, beside it; as the estimate's ``grad_reduce``).
-    Where that part waits at each stage's first forward on micro-batch 0's fill path
-    (``gathers_on_fill_path``, ``strategies.stacks.param_gather``), every rank ends its own
-    work (the gathers from the optimizer's end) plus the sum over the stages of each stage's
-    part (its ranks' largest)."""
+    Where the gathers wait at each stage's first forward on micro-batch 0's fill path
+    (``gathers_on_fill_path``, ``strategies.stacks.param_gather``) the program runs them
+    there (``program.data_parallel.FillGathers``): they count as any other record."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
     gathers = PARAM_GATHER_PREFIX
     for r in records:
-        if r.label.startswith(gathers):
+        if r.label.startswith(gathers) and not metas.get(r.rank, {}).get(
+                "gathers_on_fill_path", False):
             ag[r.rank].append(r)
         else:
             rank, t = r.rank, r.end
             if t > end[rank]:
                 end[rank] = t
-    fill: dict[int, float] = {}         # stage -> its exposed gather on the fill path
     for rank, recs in ag.items():
         meta = metas.get(rank, {})
         t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
@@ -134,13 +133,8 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
                 first = min(recs, key=lambda r: r.start)
                 t1 += float(overlap_extra(dur - (first.end - first.start), fwd,
                                           *meta["gather_sms"]))
-            if meta.get("gathers_on_fill_path", False):
-                stage = recs[0].stage
-                fill[stage] = max(fill.get(stage, 0.0), t1 - t0)
-                t1 = t0
         end[rank] = max(end[rank], t1)
-    chain = sum(fill[s] for s in sorted(fill))
-    return {rank: t + chain for rank, t in end.items()}
+    return dict(end)
 
 
 # ----------------------------------------------------------------------- breakdown

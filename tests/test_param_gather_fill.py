@@ -64,20 +64,26 @@ def test_rule_table():
                                   "tp=2,pp=4,dp=4,mbs=1,gbs=16,zero=1,sp=true"])
 def test_one_bucket_stages_in_closed_form(plan):
     """One bucket a stage, 1F1B: each stage's whole gather waits at its first forward, so the
-    step carries ``sum_s t_ag(P_s)``. The estimate's fill term is that sum, and the
-    contention-free simulation's step is the ranks' latest own end plus that sum, both to
-    1e-9; estimate and simulation agree to 1e-9."""
+    step carries ``sum_s t_ag(P_s)``. The estimate's fill term is that sum (1e-9). The
+    simulated program runs each gather there: one call of the stage's parameters, from the
+    end of its receive of micro-batch 0 (rank 0: the step's start) to the start of its first
+    forward, ``t_ag(P_s)`` long (1e-12); nothing is added after the fact, and the simulated
+    step meets the estimate to 1e-9."""
     j = _job(plan)
     want = sum(_t_ag(j, s) for s in range(j.plan.pp))
     assert _fill(j) == pytest.approx(want, rel=1e-9)
     res = simulate(j, network="contention-free")
-    own = max(x.end for x in res.records if not x.label.startswith("AG params"))
-    assert res.step_time_s - own == pytest.approx(want, rel=1e-9)
-    # every rank's whole gather is one call of its stage's parameters
     for r in res.simulated_ranks:
-        g = [x for x in res.by_rank(r) if x.label.startswith("AG params")]
+        mine = res.by_rank(r)
+        g = [x for x in mine if x.label.startswith("AG params")]
         assert len(g) == 1
         assert g[0].end - g[0].start == pytest.approx(_t_ag(j, g[0].stage), rel=1e-12)
+        recv = [x.end for x in mine if x.label == "recv F0.c0"]
+        assert g[0].start == pytest.approx(recv[0] if recv else 0.0, abs=1e-15)
+        first = min((x for x in mine if x.stream == "compute"), key=lambda x: x.start)
+        assert first.label == "F0.c0" and first.start == pytest.approx(g[0].end, abs=1e-15)
+    # the step is the last record's end: no rank's end moved by the gathers after the fact
+    assert res.step_time_s == pytest.approx(max(x.end for x in res.records), rel=1e-15)
     assert estimate(j).step_time_s == pytest.approx(res.step_time_s, rel=1e-9)
 
 
@@ -107,3 +113,22 @@ def test_fill_path_with_the_stack_buckets():
     assert fill > _t_ag(j, 1)
     assert fill < _t_ag(j, 0) + _t_ag(j, 1)
     assert float(a["dp_comm"]) > fill
+
+
+def test_fill_gather_order_by_hand():
+    """``FillGathers`` on a hand-cut chunk (4 layers of 30M, MLP 20M, embedding 50M, 40M
+    buckets; backward items MLP3 attn3 MLP2 | attn2 MLP1 attn1 | MLP0 attn0 embedding, so
+    buckets 0, 1, 2 close at items 2, 5, 8): the embedding and layer 0 wait for bucket 2
+    (gathered first), layer 1 for bucket 1, layer 2 for bucket 1 (its MLP's bucket 0 is
+    gathered beside it), the last layer for bucket 0; the forward in pieces of 1, 2, 1
+    layers."""
+    from types import SimpleNamespace as NS
+    from simulator.program.data_parallel import FillGathers
+    from simulator.program.grad_buckets import chunk_buckets
+    costs = NS(layer_params=30e6, head_params=0.0, embedding_params=50e6, bucket_params=40e6)
+    b = chunk_buckets(costs, True, False, 4, params=[30e6] * 4, leads=[20e6] * 4)
+    assert b.buckets == ((2, 50e6), (5, 40e6), (8, 80e6))
+    f = FillGathers(b, 4)
+    assert f.embedding == 2 and f.head is None
+    assert f.layers == [(2, 2), (1, 1), (1, 0), (0, 0)]
+    assert f.counts() == [1, 2, 1]

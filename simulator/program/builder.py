@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.block_memo import BlockMemo
-from simulator.program.data_parallel import DataParallelOps, replica_lane
+from simulator.program.data_parallel import DataParallelOps, FillGatherOps, FillGathers, \
+    replica_lane
 from simulator.program.grad_buckets import chunk_buckets
 from simulator.program.layer_blocks import LayerBlocks
 from simulator.program.ops import STREAMS, Collective, Compute, Program
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 
 class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
-                     PipelineTransfers, OverlappedPairs):
+                     FillGatherOps, PipelineTransfers, OverlappedPairs):
     """Builds the ``Program`` of one rank; ``layout`` gives its groups (see compiler)."""
 
     def __init__(self, job, costs: StageCosts, layout, rank: int, granularity: str) -> None:
@@ -142,6 +143,12 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.split = bool(self.sched.splits_backward)
         self.reduced: list[float] = []      # parameters of each gradient bucket reduced
         self.n_param_gathers = 0
+        # the overlapped parameter gathers at the stage's first forward, on micro-batch 0's
+        # fill path (``stacks.param_gather``, §5.194); None: after the optimizer
+        self.on_fill = bool(gathers_on_fill_path(p.pp, p.vpp, p.zero, p.overlap_param_gather,
+                                                 self.mirrored))
+        self.fill = FillGathers(self.buckets[0], len(self.chunk[0])) \
+            if self.on_fill and self.grad_sync else None
         # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
         # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
         self.hidden: list | None = None
@@ -313,7 +320,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.compute(passes, "optimizer", "step passes")
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
                            force=True)
-        if self.grad_sync and self.p.zero >= 1:
+        if self.grad_sync and self.p.zero >= 1 and self.fill is None:
             # each bucket at the stage's mean gathered width (``stage.rank_params.gather_width``)
             width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
                      else self.c.param_bytes)
@@ -330,9 +337,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                 "overlap_param_gather": self.p.overlap_param_gather,
                 # each stage's exposed gather waits at its first forward, on the fill path
                 # (``stacks.param_gather``; ``metrics.rank_ends`` sums them over the stages)
-                "gathers_on_fill_path": bool(gathers_on_fill_path(
-                    self.p.pp, self.p.vpp, self.p.zero, self.p.overlap_param_gather,
-                    self.mirrored)),
+                "gathers_on_fill_path": self.on_fill,
                 "paired_forwards": dict(self.paired)}
         if self.held["dp"]:
             # the SMs the overlapped gathers hold beside the next forward (``rank_ends``)

@@ -6,6 +6,7 @@ reduce-scatters. Units: seconds, bytes.
 """
 from __future__ import annotations
 
+from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import Collective, Compute
 from strategies import placement
 from strategies.cost.comm import grad_shard_params, measured_scale
@@ -208,3 +209,91 @@ class DataParallelOps:
         if len(self.chunk[c]) <= 1 and L > 1:
             self._z3_rs((L - 1) / L, (self.last_compute,), label, i)
         self._z3_rs(1 / L, (self.last_compute,), label, i)
+
+
+class FillGathers:
+    """A one-chunk pipeline's overlapped parameter gathers at the stage's first forward
+    (``stacks.param_gather.gathers_on_fill_path``, docs/calibration.md §5.194): Megatron-Core's
+    forward pre-hook of a module (``finish_param_sync``) waits for its bucket's all-gather,
+    then dispatches the next bucket's, whose NCCL stream waits for the compute stream's work
+    so far. So the first bucket (the embedding's and the first layers') is gathered whole
+    before the forward, and each later one beside the forward of the module before it.
+    Buckets in the gradient buckets' reduction order (``ChunkBuckets.buckets``), gathered
+    from the last. ``layers``: for each layer (forward order) ``(wait, upto)``: the bucket of
+    its attention, which its forward waits for, and of its MLP, whose gather (and the next
+    one, which the MLP's hook dispatches) runs beside the layer's forward; the next layer
+    waits for it (a layer is one compute op here). The last layer waits for its MLP's
+    bucket too, the LM head for bucket 0."""
+
+    def __init__(self, buckets, layers: int) -> None:
+        ends = [idx for idx, _ in buckets.buckets]
+        h = 1 if buckets.head else 0
+
+        def bucket_of(item: int) -> int:
+            return next(k for k, e in enumerate(ends) if e >= item)
+        self.params = [p for _, p in buckets.buckets]
+        self.embedding = bucket_of(h + 2 * layers) if buckets.embedding else None
+        # layer n's MLP is item h + 2b, its attention h + 2b + 1 (b = layers - 1 - n)
+        self.layers = [(bucket_of(h + 2 * b + 1), bucket_of(h + 2 * b))
+                       for b in range(layers - 1, -1, -1)]
+        if layers:
+            self.layers[-1] = (self.layers[-1][1], self.layers[-1][1])
+        self.head = 0 if buckets.head else None
+        self.ops: dict[int, list[int]] = {}     # bucket -> its gathers (dense, experts)
+        self.done = len(self.params)            # the lowest bucket waited for so far
+        self.sent = len(self.params)            # the lowest bucket dispatched so far
+
+    def counts(self) -> list[int]:
+        """The forward's pieces (layer counts): a piece starts at each layer that waits for
+        a bucket not waited for before it."""
+        out, seen = [], len(self.params)
+        for b, _ in self.layers:
+            if b < seen or not out:
+                out.append(0)
+                seen = min(seen, b)
+            out[-1] += 1
+        return out
+
+
+class FillGatherOps:
+    """``ProgramBuilder``'s parameter gathers at the stage's first forward (``FillGathers``;
+    a mixin: the builder holds the state)."""
+
+    def _gather_bucket(self, b: int) -> None:
+        """Bucket ``b``'s all-gather (the dense over dp·cp, the routed experts over their
+        group, ``_dp_parts``) on the dp-comm stream, after the compute stream's work so far
+        and what the next compute waits for; once, and none below bucket 0."""
+        fill = self.fill
+        if b < 0 or b >= fill.sent:
+            return
+        fill.sent = b
+        width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
+                 else self.c.param_bytes)
+        ops = []
+        for dim, k, suffix in self._dp_parts(fill.params[b]):
+            op = self.coll("dp-comm", "allgather", dim, width * k, 1.0, "dp",
+                           f"{PARAM_GATHER_PREFIX} bucket {b}{suffix}",
+                           deps=(*self.wait, self.last_compute), tag="dp")
+            if op is not None:
+                ops.append(op)
+                self.n_param_gathers += 1
+        fill.ops[b] = ops
+
+    def fill_start(self) -> None:
+        """The first bucket's gather, once the stage's first forward may start (after its
+        receive of micro-batch 0: what that forward waits for)."""
+        self._gather_bucket(len(self.fill.params) - 1)
+
+    def fill_need(self, b: int | None, upto: int | None = None) -> None:
+        """The next compute (a forward unit) waits for the gathers down to bucket ``b``
+        (waiting for each dispatches the next bucket's); the gathers down to ``upto`` (the
+        unit's last bucket) and the one after are dispatched beside it."""
+        fill = self.fill
+        if b is None:
+            return
+        while fill.done > b:
+            fill.done -= 1
+            self.wait += fill.ops[fill.done]
+            self._gather_bucket(fill.done - 1)
+        for k in range(fill.sent - 1, (b if upto is None else upto) - 2, -1):
+            self._gather_bucket(k)

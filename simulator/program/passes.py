@@ -23,16 +23,34 @@ class Passes:
         (one layer each with ``by_layer``; ``lead``: once more before the first, after the
         embedding)."""
         label, vs = f"F{i}.c{c}", self.vs(c, i)
+        # the stage's first forward: its parameter gathers on the fill path (``FillGathers``)
+        fill = self.fill if self.fill is not None and not self.fill.ops else None
+        if fill is not None:
+            self.fill_start()
         if vs == 0:
+            if fill is not None:
+                self.fill_need(fill.embedding)
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         if lead:
             yield
         rest = self._z3(label, i)
-        for items in self.pieces(c, False, by_layer):
-            self.block(True, items, label, i, c)
-            yield
+        if fill is None:
+            for items in self.pieces(c, False, by_layer):
+                self.block(True, items, label, i, c)
+                yield
+        else:
+            n = 0
+            counts = [1] * len(self.chunk[c]) if by_layer or self.gran == "layer" \
+                else fill.counts()
+            for nl, items in zip(counts, self.segments(c, counts, False)):
+                self.fill_need(*fill.layers[n])
+                self.block(True, items, label, i, c)
+                n += nl
+                yield
         self.wait += rest
         if vs == self.last_vs:
+            if fill is not None:
+                self.fill_need(fill.head)
             self.compute(self.c.head_fwd, "lm_head", label, i, c)
         self.produced[("F", i, c)] = (self.last_compute, *self.wait)
 

@@ -26,6 +26,8 @@ class BucketWindows:
     the parameters of its last-reduced bucket (``cut_windows``), ``emb_k`` the embedding's
     there (the parameter gather's first bucket reads it), ``window_k`` its last
     backward's seconds, ``lead_k`` the seconds of it before the first bucket launches,
+    ``lead_layers_k`` the layers whose attention is in that bucket, at least one (all
+    where it is one),
     ``whole_k`` the share of its parameters in one bucket (0 where the size rule applies);
     ``r_f`` rank 0's forward share of its compute, ``slack`` each kind of rank's compute end
     before the pipeline's (``rank_slack``)."""
@@ -34,13 +36,14 @@ class BucketWindows:
     emb_k: tuple
     window_k: list
     lead_k: list
+    lead_layers_k: list
     whole_k: list
     r_f: Any
     slack: tuple
 
 
 def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
-                mtp: tuple = (0.0, 0.0, 0)) -> tuple[Any, Any]:
+                mtp: tuple = (0.0, 0.0, 0), layers: bool = False) -> tuple:
     """``(lead, last)`` of a chunk of ``n`` mean layers cut as Megatron-Core cuts it
     (``bucket_cut.chunk_cut``; the simulator's ``grad_buckets.chunk_buckets`` reads the same
     rule): ``head`` the output layer's parameters there, ``mtp`` ``(parameters, backward
@@ -49,7 +52,10 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
     before the first bucket closes (0 with the head's; a layer's lead, its MLP, at that
     layer's backward less its attention's, ``bucket_cut.lead_tail``, where
     ``LayerBlocks._lead_split`` launches it; a layer's rest at its end; ``window`` where the
-    embedding or the remainder closes it); ``last``: the last bucket's parameters. Arrays
+    embedding or the remainder closes it); ``last``: the last bucket's parameters;
+    with ``layers``, third, how many of the chunk's last layers have their attention in the
+    first bucket, at least one (the next step's forward of these waits for its gather, the
+    last: §5.194). Arrays
     over plans; parameters, seconds."""
     mtp_p, mtp_t, mtp_n = mtp
     first, last = chunk_cut(sc.bucket_params, head, sc.layer_params, sc.layer_lead_params, n,
@@ -59,7 +65,13 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
     j, rest = np.divmod(np.maximum(first - 1 - mtp_n, 0.0), 2.0)
     at = np.where(first <= mtp_n, first * mtp_t,
                   mtp_n * mtp_t + j * t_l + np.where(rest > 0, t_l, t_lead))
-    return np.where(first >= 1 + mtp_n + 2 * np.rint(n), window, at), last
+    lead = np.where(first >= 1 + mtp_n + 2 * np.rint(n), window, at)
+    if not layers:
+        return lead, last
+    # the layers whose attention is in the first bucket, at least the last one (its MLP
+    # is): what the next forward runs after that bucket's gather (``FillGathers``)
+    return lead, last, np.where(first < 1 + mtp_n, 0.0,
+                                np.minimum(np.maximum(j + rest, 1.0), np.rint(n)))
 
 
 def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile,
@@ -99,12 +111,12 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
         np.where(pp == 1, mk.layer_bwd + mk.layer_recompute, 0.0))
     # the three kinds cut at once (rows 0, 1, 2)
     zero = 0.0 * window
-    lead_c, last_c = cut_windows(
+    lead_c, last_c, layers_c = cut_windows(
         sc, np.stack([n_k[k] / chunks + zero for k in K]),
         np.stack([head_k[k] + zero for k in K]), np.stack([tail_k[k] + zero for k in K]),
         np.stack([window_k[k] + zero for k in K]),
         (np.stack([mtp_p + zero, zero, zero]), np.stack([mtp_t + zero, zero, zero]),
-         mtp_modules if mk is not None else 0))
+         mtp_modules if mk is not None else 0), layers=True)
     # Megatron-Core cuts only pipeline rank 0's first chunk into buckets
     # (``BucketRule.chunk_bucketed``, §5.92): every other rank's chunk is one bucket, so its
     # first bucket is its whole last backward, and its last one its chunk (``whole_k``: that
@@ -115,10 +127,12 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
     whole_k = [0.0 * pp if k == 0 else rule.whole_share(pp, v, own, zero_g == 2)
                for k in K]
     lead_k = [np.where(whole_k[k] > 0, window_k[k], lead_c[k]) for k in K]
+    lead_layers_k = [np.where(whole_k[k] > 0, n_k[k] / chunks, layers_c[k]) for k in K]
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
                        head_first | mirrored,
                        dispatch(sched, "end_skew", f_share, w_share) * t_fill)
     return BucketWindows(last_k=tuple(last_c), emb_k=tail_k, window_k=window_k, lead_k=lead_k,
+                         lead_layers_k=lead_layers_k,
                          whole_k=whole_k, r_f=r_f, slack=slack)

@@ -28,11 +28,13 @@ class GradReduce:
     """Per kind of rank ``k`` (first, middle = rank 1, last; arrays over plans, seconds):
     ``t_rs_k`` its whole reduce-scatter, ``grad_k`` its reduction's exposed seconds (ZeRO-0/1;
     the whole reduction without ``overlap_grad_reduce``), ``ag_k`` its parameter all-gather's
-    (ZeRO >= 1)."""
+    (ZeRO >= 1), ``ag_fill_k`` its exposed share where it waits at the stage's first forward
+    (``stacks.param_gather``, §5.194)."""
 
     t_rs_k: list
     grad_k: list
     ag_k: list
+    ag_fill_k: list
 
 
 def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
@@ -90,6 +92,14 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         if calls.sms.sm and calls.sms.nccl:
             ag_over = ag_over + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
         ag = np.where(opg, ag_over, t_ag_k[k])
+        # at the stage's first forward (§5.194): each bucket's gather is dispatched where the
+        # forward reaches the bucket before it (``finish_param_sync``), so the layers whose
+        # attention is in the last gathered bucket (the gradients' first; at least the last
+        # layer, whose MLP is; the LM head after them either way) run after the whole
+        # gather, the rest of the forward beside it (the simulator's ``FillGathers``)
+        fill = np.maximum(t_ag_k[k] - ag_fwd + win.lead_layers_k[k] * sc.layer_fwd, ag_edge)
+        if calls.sms.sm and calls.sms.nccl:
+            fill = fill + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
@@ -114,6 +124,8 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                                                                  lead_k[k], 0.0),
                                                rep, window_k[k], t_edge, own_lane,
                                                sms=calls.sms)))
-        return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
+        return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0),
+                np.where(zero >= 1, fill, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
-    return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _ in grad_ag], ag_k=[a for _, a in grad_ag])
+    return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _, _ in grad_ag],
+                      ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag])

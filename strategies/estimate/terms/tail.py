@@ -52,7 +52,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     on_fill = gathers_on_fill_path(pp, P.vpp, zero, P.overlap_param_gather, mirrored) & copies
     ag_k = [np.where(on_fill, 0.0, a) for a in gr.ag_k]
     n_fill = fill_path_stages(pp)
-    fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_k[k], 0.0)
+    fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_fill_k[k], 0.0)
                                  for k in K), 0.0)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
