@@ -201,7 +201,7 @@ def bandwidth_questions(draw):
     model = draw(st.sampled_from(["gpt-1.7b", "llama3-8b"]))
     cluster = cluster_preset(draw(st.sampled_from(["dgx-a100", "dgx-h100", "hgx-h100-pcie"])),
                              draw(st.integers(1, 2)))
-    gbs = draw(st.sampled_from([8, 16]))
+    gbs = draw(st.sampled_from([4, 8]))
     inter = sorted(draw(st.lists(st.sampled_from([25, 100, 200, 800]), min_size=2,
                                  max_size=2, unique=True)))
     intra = sorted(draw(st.lists(st.sampled_from([32, 64, 300, 900]), min_size=2,
