@@ -17,15 +17,15 @@ from collections import Counter
 from contextlib import redirect_stdout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from simulator.cli.main import main as cli_main  # noqa: E402
 
 
 def file_cases(path: str) -> list[dict]:
     """Every case of one reference file (all tiers), skipped ones included: ``paraplan
     validate --reference PATH --no-sim --json --tiers all``, run in this process (its JSON
     is the same as the command's; a non-zero exit raises)."""
+    if ROOT not in sys.path:        # run as ``python experiments/reference_mape.py``
+        sys.path.insert(0, ROOT)
+    from simulator.cli.main import main as cli_main
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = cli_main(["validate", "--reference", path, "--no-sim", "--json", "--tiers", "all"])
