@@ -260,8 +260,10 @@ def _md(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    rs = rows()
+def main(rs: list[dict] | None = None, wi: list[tuple] | None = None) -> None:
+    """Print the tables; ``rs`` and ``wi``: ``rows()`` and ``whatif_rows()`` already computed
+    (computed here when None)."""
+    rs = rows() if rs is None else rs
     print("Table 1. GB200 MoE rows of NeMo 25.04.01, their H100 twins and GB200 controls "
           "(ms per MoE layer and micro-batch unless stated)\n")
     print(_md(["row", "container", "graphs", "layout", "measured s", "est s", "err",
@@ -272,7 +274,7 @@ def main() -> None:
                 f"{1e3 * r['layer']:.2f}", f"{1e3 * r['t_layer']:.2f}",
                 f"{1e3 * r['a2a']:.3f}", f"{r['wire'] / 1e6:.0f}", f"{r['rate'] / 1e9:.0f}",
                 "-" if r["rate_needed"] is None else f"{r['rate_needed'] / 1e9:.0f}", f"{1e3 * r['sync']:.3f}"] for r in rs]))
-    wi = whatif_rows()
+    wi = whatif_rows() if wi is None else wi
     print("\nTable 2. Candidates, per MoE layer and micro-batch\n")
     print(_md(["candidate", "Maverick + DeepSeek-V3 GB200 (25.04.01)", "controls (by container)",
                "reading"], [list(c) for c in candidates(rs, wi)]))

@@ -214,8 +214,11 @@ def _pct(x: float, ms: float) -> str:
     return f"{100 * (x / ms - 1):+.1f} %"
 
 
-def main() -> None:
-    ps = pairs()
+def main(ps: list[tuple[dict, dict]] | None = None,
+         mapes: dict[str, dict[str, tuple[int, float]]] | None = None) -> None:
+    """Print the tables; ``ps``: ``pairs()`` and ``mapes``: ``{name: moe_mape(name)}`` of
+    every ``FILES`` name, already computed (computed here when None)."""
+    ps = pairs() if ps is None else ps
     print("Table 1. HGX MoE rows and their NVL72 twins (error = estimate / measured - 1)\n")
     print("| HGX row | plan | measured s | estimate s | error | twin | twin plan | twin error "
           "| ratio HGX / twin | excess s | excess ms / MoE layer / mb | local experts HGX / twin "
@@ -265,7 +268,7 @@ def main() -> None:
     print("| file | " + " | ".join(GROUPS) + " |")
     print("|---|---|---|---|---|")
     for name in FILES:
-        g = moe_mape(name)
+        g = moe_mape(name) if mapes is None else mapes[name]
         print(f"| {name}.json | " + " | ".join(
             f"{g[k][1]:.2f} % ({g[k][0]})" for k in GROUPS) + " |")
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import glob
+import io
 import json
 import os
-import subprocess
 import sys
 from collections import Counter
+from contextlib import redirect_stdout
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -23,11 +24,18 @@ from experiments._report import check_id_filter  # noqa: E402
 
 
 def file_cases(path: str) -> list[dict]:
-    """Every case of one reference file (all tiers), skipped ones included."""
-    args = [sys.executable, "-m", "simulator.cli", "validate", "--reference", path,
-            "--no-sim", "--json", "--tiers", "all"]
-    out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True)
-    return json.loads(out.stdout)["cases"]
+    """Every case of one reference file (all tiers), skipped ones included: ``paraplan
+    validate --reference PATH --no-sim --json --tiers all``, run in this process (its JSON
+    is the same as the command's; a non-zero exit raises)."""
+    if ROOT not in sys.path:        # run as ``python experiments/reference_mape.py``
+        sys.path.insert(0, ROOT)
+    from simulator.cli.main import main as cli_main
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = cli_main(["validate", "--reference", path, "--no-sim", "--json", "--tiers", "all"])
+    if rc != 0:
+        raise RuntimeError(f"paraplan validate --reference {path} exited {rc}")
+    return json.loads(buf.getvalue())["cases"]
 
 
 def file_rows(path: str) -> list[dict]:

@@ -5,7 +5,7 @@ process, so nothing here may rely on another test having run first in the same p
 
 Hypothesis: the fuzz and property files set their own derandomized profile
 (``tests/fuzz_profile.py``, ``tests/test_properties.py``); the few ``@given`` tests that do
-not (``test_search.py``, ``test_uneven_correction.py``, ``test_whatif_cli.py``) get the same
+not (``test_search.py``, ``test_uneven_correction.py``, ``test_whatif_property.py``) get the same
 defaults here: derandomized (the same examples on every run and in every worker), no
 ``.hypothesis/`` example database (two workers would share one directory and replay each
 other's failures), and no per-example deadline (two workers on two busy cores would trip

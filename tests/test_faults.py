@@ -201,8 +201,9 @@ def test_whatif_straggler_axis():
 
 @pytest.mark.slow
 def test_search_and_simulate_json_carry_the_faults(capsys):
+    # --max-mbs 1: 44 plans to simulate, not 168 (a straggler's search simulates them all)
     base = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16",
-            "--fix", "pp=1,tp=2", "--json"]
+            "--fix", "pp=1,tp=2", "--max-mbs", "1", "--json"]
     assert main(["search", *base]) == 0
     healthy = json.loads(capsys.readouterr().out)
     assert main(["search", *base, "--straggler", "3=2"]) == 0

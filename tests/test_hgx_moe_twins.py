@@ -19,8 +19,13 @@ GPTOSS_B200 = "mbridge260401_gptoss120b_b200_64_bf16"
 
 
 @pytest.fixture(scope="module")
-def pairs():
-    return {h["id"]: (h, g) for h, g in hx.pairs()}
+def pair_list():
+    return hx.pairs()
+
+
+@pytest.fixture(scope="module")
+def pairs(pair_list):
+    return {h["id"]: (h, g) for h, g in pair_list}
 
 
 def test_every_twin_is_an_nvl72_row_of_the_same_model_and_file():
@@ -122,18 +127,26 @@ def test_the_finding_data_parallel_calls_cannot_be_the_hgx_excess(pairs):
             assert abs(h["no_overlap"] - h["estimate"]) / h["measured"] < 0.005
 
 
-def test_moe_mape_groups_partition_the_moe_rows():
+@pytest.fixture(scope="module")
+def mapes():
+    return {name: hx.moe_mape(name) for name in hx.FILES}
+
+
+def test_moe_mape_groups_partition_the_moe_rows(mapes):
     for name in hx.FILES:
-        g = hx.moe_mape(name)
+        g = mapes[name]
         assert g["all MoE rows"][0] == sum(g[k][0] for k in hx.GROUPS[1:])
         total = sum(g[k][0] * g[k][1] for k in hx.GROUPS[1:])
         assert g["all MoE rows"][1] * g["all MoE rows"][0] == pytest.approx(total, rel=1e-12)
 
 
-def test_output_is_deterministic(capsys):
+def test_output_is_deterministic(capsys, pair_list, mapes):
+    """``main()`` computing every row afresh prints what the module's own computation of
+    the rows (``pair_list`` and ``mapes``, read by the tests above) prints: two runs, byte
+    for byte."""
     hx.main()
     a = capsys.readouterr().out
-    hx.main()
+    hx.main(pair_list, mapes)
     assert capsys.readouterr().out == a
 
 

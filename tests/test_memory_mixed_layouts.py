@@ -253,13 +253,22 @@ def test_bound_below_simulation_deepseek_v3_layouts(text):
 @pytest.mark.slow
 def test_pruned_search_equals_exhaustive_mixed_kinds():
     """A search whose space holds uneven layouts of a dense+MoE model (pp 2 and 4 only
-    through them) finds what the exhaustive one finds: the bound holds on every plan."""
+    through them) finds what the exhaustive one finds: the bound holds on every plan.
+
+    cp is fixed to 1 (596 feasible plans, not 1,364): every rule that pruned the free space
+    still prunes plans here (tp_heads, pp_layers, ep, zero3_pp, redundant, schedule, bubble,
+    memory, zero2_dominated, and now fixed), and every value of tp, pp, dp, ep, vpp, the
+    schedule, ZeRO, recompute and sp stays; context parallelism of a MoE space is
+    test_bound_moe's exhaustive search."""
     from strategies.search.space import SpaceOptions
     from tests.search_checks import assert_pruned_equals_exhaustive
     m = _qwen3_10_layers()
     cfg = dict(model=m, cluster=cluster_preset("dgx-h100", 1), gbs=8,
-               options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
+               options=SpaceOptions(max_mbs=1, max_vpp=2, fixed={"cp": 1}), workers=2, k=5)
     sp = enumerate_space(m, cfg["cluster"], 8, cfg["options"])
     uneven = (sp.cols["lf"] > 0) | (sp.cols["ll"] > 0) | sp.cols["acc"]
     assert set(sp.cols["pp"][uneven].tolist()) == {2, 4}
+    assert {k for k, n in sp.pruned.items() if n} == {
+        "fixed", "tp_heads", "pp_layers", "ep", "zero3_pp", "redundant", "schedule", "bubble",
+        "memory", "zero2_dominated"}
     assert_pruned_equals_exhaustive(cfg)

@@ -183,13 +183,26 @@ def test_zero2_is_never_faster_than_zero1(plan):
     assert len(gathers) == len(finals)
 
 
+#: the rules that prune plans in both spaces (``Space.pruned``); each space adds its own
+_RULES = {"tp_heads", "zero3_pp", "redundant", "batch", "schedule", "bubble", "memory",
+          "zero2_dominated"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [
-    ("llama3-8b", "dgx-h100", 2, 8),
-    ("gpt3-175b", "dgx-a100", 8, 8),
+    ("llama3-8b", "dgx-h100", 2, 8, {}, _RULES),
+    ("gpt3-175b", "dgx-a100", 8, 8, {"recompute": "none"},
+     _RULES | {"fixed", "pp_layers", "tp_cross_node"}),
 ])
 def test_pruned_search_equals_exhaustive(args):
-    name, cl_name, nodes, gbs = args
+    """The bound-ordered search's top 5 and recommendation are the exhaustive search's.
+
+    GPT-3 175B's 64-GPU space is searched without recomputation (55 plans, not 125): each
+    rule that pruned its free space still prunes plans, and full recomputation is searched
+    exhaustively in Llama 3 8B's space (uneven layouts too)."""
+    name, cl_name, nodes, gbs, fixed, rules = args
     cfg = dict(model=model_preset(name), cluster=cluster_preset(cl_name, nodes), gbs=gbs,
-               options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
+               options=SpaceOptions(max_mbs=1, max_vpp=2, fixed=fixed), workers=2, k=5)
+    sp = enumerate_space(cfg["model"], cfg["cluster"], gbs, cfg["options"])
+    assert {k for k, n in sp.pruned.items() if n} == rules
     assert_pruned_equals_exhaustive(cfg)
