@@ -13,6 +13,7 @@ from simulator.cli.main import main
 from strategies.cost import flop_counts
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
+from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.launch import megatron_args
 from strategies.memory import activations as act
@@ -203,8 +204,10 @@ def test_plan_files_and_keys_round_trip():
             data = json.loads(body) if path.endswith(".json") else yaml.safe_load(body)
             assert plan_from_mapping(data) == p
         assert parse_plan(plan_key(p)) == p
-    p = parse_plan("recompute=selective,recompute_modules=mlp+layernorm+mlp")
-    assert p.recompute_modules == ("layernorm", "mlp")
+    p = parse_plan("recompute=selective,recompute_modules=mlp+layernorm")
+    assert p.recompute_modules == ("layernorm", "mlp")       # stored in MODULES order
+    with pytest.raises(SpecError, match="names mlp twice"):  # a repeat is refused, not dropped
+        parse_plan("recompute=selective,recompute_modules=mlp+layernorm+mlp")
 
 
 @pytest.mark.parametrize("gran", ["chunk", "layer"])
