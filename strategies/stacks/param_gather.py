@@ -16,8 +16,13 @@ first forward starts, after it has received micro-batch 0 from stage ``s - 1``. 
 exposed gather therefore lies on micro-batch 0's fill path, one after another, and the step
 grows by their sum over the stages, not by the latest rank's tail. The interleaved schedule
 (``align_param_gather`` on) dispatches chunks 0 and 1 on every rank before the first forward
-(``schedules.py`` L872-875) and is not covered here (the rank's tail after the optimizer,
-as before); DualPipe's two copies neither.
+(``schedules.py`` L872-875; ``gathers_at_schedule_start``): every rank's chunks 0 and 1 at
+the schedule's start, chunk ``k >= 2`` before the rank's forward ``(k - 1)·pp - rank``
+(``forward_step_helper``'s ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
+pipeline_parallel_rank``, L1149-1168 at c550cf6: dispatched where that id is chunk ``k - 1``'s
+first micro-batch, ``chunk_dispatch_forward``); each module's pre-hook then only waits for its
+bucket. A rank's gathers are exposed where they outlast its wait before each chunk's first
+forward (``start_gather_exposed``). DualPipe's two copies are covered by neither.
 """
 from __future__ import annotations
 
@@ -41,6 +46,47 @@ def gathers_on_fill_path(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any
     zero = np.asarray(zero)
     return (np.asarray(pp) > 1) & (np.asarray(vpp) == 1) & ((zero == 1) | (zero == 2)) \
         & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool)
+
+
+def gathers_at_schedule_start(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any,
+                              mirrored: Any = False) -> Any:
+    """Whether an interleaved pipeline's overlapped parameter gathers (ZeRO-1/2 with
+    ``overlap_param_gather``; Megatron-Core's ``align_param_gather``) are dispatched by the
+    schedule (chunks 0 and 1 at its start, later chunks as it reaches them) rather than
+    after the optimizer. Scalars or arrays over plans.
+
+    >>> bool(gathers_at_schedule_start(4, 2, 1, True)), bool(gathers_at_schedule_start(4, 1, 1, True))
+    (True, False)
+    >>> bool(gathers_at_schedule_start(4, 2, 0, True)), bool(gathers_at_schedule_start(4, 2, 2, False))
+    (False, False)
+    """
+    zero = np.asarray(zero)
+    return (np.asarray(pp) > 1) & (np.asarray(vpp) > 1) & ((zero == 1) | (zero == 2)) \
+        & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool)
+
+
+def chunk_dispatch_forward(chunk: int, group: int, rank: int) -> int:
+    """The index (0-based, in the rank's order of forwards) of the forward before which
+    pipeline rank ``rank`` dispatches model chunk ``chunk``'s gathers: -1 (the schedule's
+    start) for chunks 0 and 1, ``(chunk - 1)·group - rank`` after (Megatron-Core's
+    ``param_sync_virtual_microbatch_id``; ``group`` the micro-batch group a chunk runs in a
+    row, ``microbatch_group_size_per_vp_stage``, pp by default).
+
+    >>> chunk_dispatch_forward(1, 4, 3), chunk_dispatch_forward(2, 4, 0), chunk_dispatch_forward(3, 4, 3)
+    (-1, 4, 5)
+    """
+    return -1 if chunk < 2 else (chunk - 1) * group - rank
+
+
+def start_gather_exposed(gathers: Any, fill_wait: Any) -> Any:
+    """Seconds a rank's gathers dispatched at the schedule's start delay its chunk's first
+    forward: what the gathers it waits for (seconds, issued together on one stream) outlast
+    its wait before that forward (``fill_wait``, seconds), ``max(0, gathers - fill_wait)``.
+
+    >>> float(start_gather_exposed(0.5, 0.25)), float(start_gather_exposed(0.25, 0.5))
+    (0.25, 0.0)
+    """
+    return np.maximum(np.asarray(gathers, dtype=float) - fill_wait, 0.0)
 
 
 def fill_path_stages(pp: Any) -> tuple[Any, Any, Any]:

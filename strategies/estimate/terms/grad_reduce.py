@@ -29,12 +29,14 @@ class GradReduce:
     ``t_rs_k`` its whole reduce-scatter, ``grad_k`` its reduction's exposed seconds (ZeRO-0/1;
     the whole reduction without ``overlap_grad_reduce``), ``ag_k`` its parameter all-gather's
     (ZeRO >= 1), ``ag_fill_k`` its exposed share where it waits at the stage's first forward
-    (``stacks.param_gather``, §5.194)."""
+    (``stacks.param_gather``, §5.194), ``t_ag01_k`` its model chunks 0 and 1's parameter
+    all-gathers, each one call (interleaved; chunk 1 nothing where ``v`` is 1)."""
 
     t_rs_k: list
     grad_k: list
     ag_k: list
     ag_fill_k: list
+    t_ag01_k: list
 
 
 def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
@@ -127,5 +129,15 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0),
                 np.where(zero >= 1, fill, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
+
+    def chunk_gathers(k: int) -> tuple:
+        # chunks 0 and 1's gathers, one call each (1/v of the rank's layers; the embedding
+        # in rank 0's chunk 0, the LM head in the last rank's chunk v-1)
+        body = (pr_k[k] - end_k[k]) / v
+        c1 = body + (end_k[2] if k == 2 else 0.0) * (v == 2)
+        return tuple(np.where(v > c, cm.dp_collective_time(
+            "allgather", gw_k[k], p, pe_k[k] / v, tp, cp, dp, ep, etp, cl, dps), 0.0)
+            for c, p in ((0, body + (end_k[0] if k == 0 else 0.0)), (1, c1)))
     return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _, _ in grad_ag],
-                      ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag])
+                      ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag],
+                      t_ag01_k=[chunk_gathers(k) for k in K])
