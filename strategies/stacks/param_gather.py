@@ -1,7 +1,8 @@
 """Where an overlapped parameter all-gather (``overlap_param_gather``) waits in a pipelined
 step: the one rule the estimate (``estimate.terms.tail.step_tail``) and the simulator
 (``simulator.program.builder``: its ``FillGathers`` run the gathers before each stage's first
-forward) read (docs/calibration.md §5.194).
+forward, or from the step's start where the interleaved schedule dispatches them) read
+(docs/calibration.md §5.194).
 
 Megatron-Core (NVIDIA/Megatron-LM core_v0.13.0, c550cf6): after the optimizer no gather is
 issued while ``overlap_param_gather`` is on (``DistributedOptimizer.step_with_ready_grads``
