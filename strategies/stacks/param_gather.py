@@ -90,6 +90,48 @@ def start_gather_exposed(gathers: Any, fill_wait: Any) -> Any:
     return np.maximum(np.asarray(gathers, dtype=float) - fill_wait, 0.0)
 
 
+def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
+                        ranks: list, waits: list, taus: list) -> Any:
+    """Seconds the overlapped parameter gathers delay a step under the interleaved
+    schedule's dispatch (``gathers_at_schedule_start``; arrays over plans or scalars), over
+    the pipeline's ranks in order (``ranks``: their pipeline ranks, e.g. rank 0, 1 and the
+    last). For rank ``i``: ``gathers[i][c]`` chunk ``c``'s gather (seconds, one stream, in
+    chunk order; chunks at ``c >= v`` ignored); ``first_exposed[i]`` at most what chunk 0's
+    exposes where its forward waits layer by layer; its forward ``n`` starts ``waits[i] +
+    n·taus[i]`` (its wait before its first forward, then a chunk forward and a send each)
+    plus its delay. Chunk ``c`` is dispatched at its ``chunk_dispatch_forward`` and waited
+    for at its first forward, ``c·group``, exposing ``start_gather_exposed`` of what it
+    outlasts; a rank's chunk ``c`` is also held by the rank before's (rank 0's by the last
+    rank's chunk ``c - 1``). The last rank's delay at its last chunk.
+
+    >>> float(start_gathers_delay([[1.0, 1.0, 1.0]], [1.0], 3, 2, [0], [0.0], [0.25]))
+    2.0
+    """
+    n = len(ranks)
+    delay = [[0.0] * len(gathers[0]) for _ in range(n)]
+    done = [0.0] * n
+    for c in range(len(gathers[0])):
+        live = np.asarray(v) > c
+        for i in range(n):
+            prior = delay[i][c - 1] if c else 0.0
+            held = delay[i - 1][c] if i else (delay[n - 1][c - 1] if c else 0.0)
+            prior = np.maximum(prior, held)
+            if c < 2:
+                at = 0.0
+            else:
+                idx = np.maximum((c - 1) * group - ranks[i], 0)
+                d_at = np.where(idx >= (c - 1) * group, delay[i][c - 1], delay[i][c - 2])
+                at = waits[i] + idx * taus[i] + d_at
+            end = np.maximum(at, done[i]) + gathers[i][c]
+            need = waits[i] + c * group * taus[i] + prior
+            e = start_gather_exposed(end, need)
+            if c == 0:
+                e = np.minimum(e, first_exposed[i])
+            delay[i][c] = np.where(live, prior + e, prior if c == 0 else delay[i][c - 1])
+            done[i] = np.where(live, end, done[i])
+    return delay[n - 1][-1]
+
+
 def fill_path_stages(pp: Any) -> tuple[Any, Any, Any]:
     """How many stages of each kind (first, middle, last) lie on the fill path of a
     ``pp``-stage pipeline: ``(1, pp - 2, 1)`` (scalars or arrays).

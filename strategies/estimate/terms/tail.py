@@ -21,7 +21,7 @@ from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
 from strategies.plan_arrays import PlanArrays
 from strategies.stacks.param_gather import fill_path_stages, gathers_at_schedule_start, \
-    gathers_on_fill_path, start_gather_exposed
+    gathers_on_fill_path, start_gathers_delay
 
 
 def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
@@ -115,28 +115,30 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
 
 def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradReduce,
                    t_p2p: Any) -> Any:
-    """An interleaved pipeline's gathers dispatched at the schedule's start
+    """An interleaved pipeline's gathers as its schedule dispatches them
     (``stacks.param_gather.gathers_at_schedule_start``, §5.194): the latest kind of rank's
-    exposed part, which delays its first forward and all after it. Kind ``k`` waits
-    ``w_k`` before its first forward (rank 0: none; rank 1: the first stage's chunk forward
-    and a send; the last: every earlier stage's and ``pp - 1`` sends) and one pass over every
-    stage's chunk 0 and ``pp`` sends more before its first chunk-1 forward. Chunk 0's
-    gather (``t_ag01_k``; at most the rank's exposed part waiting layer by layer,
-    ``ag_fill_k``) against the first, chunks 0 and 1's, in series on one stream, against
-    the second. Seconds."""
+    delay (``start_gathers_delay``), which holds back its forwards and all after them. Kind
+    ``k`` (rank 0, 1, pp - 1) waits ``w_k`` before its first forward (rank 0: none; rank 1:
+    the first stage's chunk forward and a send; the last: every earlier stage's and
+    ``pp - 1`` sends), then runs a chunk forward and a send per forward. Chunk gathers:
+    ``t_agc_k`` (chunk 0 at most ``ag_fill0_k``). Seconds."""
     pp, v, lf = P.pp, P.vpp, sc.layer_fwd
-    n_first, n_mid, n_last = st.n_k
+    group = np.where(P.microbatch_group_size > 0, P.microbatch_group_size, pp)
+    n_first, n_mid, _ = st.n_k
     before = (0.0, n_first * lf / v + t_p2p,
               (n_first + (pp - 2) * n_mid) * lf / v + (pp - 1) * t_p2p)
-    chunk_pass = (n_first + (pp - 2) * n_mid + n_last) * lf / v + pp * t_p2p
-    out = 0.0
+    vmax = int(np.max(v))
+    gathers, first, ranks, waits, taus = [], [], [], [], []
     for k in range(3):
-        g0, g1 = gr.t_ag01_k[k]
-        e0 = start_gather_exposed(np.minimum(gr.ag_fill_k[k], g0), before[k])
-        e1 = start_gather_exposed(g0 + g1, before[k] + chunk_pass)
-        live = (k != 1) | (pp > 2)
-        out = np.maximum(out, np.where(live, np.maximum(e0, e1), 0.0))
-    return out
+        # (pp 2: no middle rank; one with no gathers passes the delays on unchanged)
+        t0, tb, tl = (np.where(pp > 2, t, 0.0) for t in gr.t_agc_k[k]) if k == 1 \
+            else gr.t_agc_k[k]
+        gathers.append([np.where(c == v - 1, tl, tb) if c else t0 for c in range(vmax)])
+        first.append(gr.ag_fill0_k[k])
+        ranks.append((0, 1, pp - 1)[k])
+        waits.append(before[k])
+        taus.append(st.n_k[k] * lf / v + t_p2p)
+    return start_gathers_delay(gathers, first, v, group, ranks, waits, taus)
 
 
 def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl: Any,
