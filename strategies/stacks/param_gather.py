@@ -19,9 +19,10 @@ grows by their sum over the stages, not by the latest rank's tail. The interleav
 (``align_param_gather`` on) dispatches chunks 0 and 1 on every rank before the first forward
 (``schedules.py`` L872-875; ``gathers_at_schedule_start``): every rank's chunks 0 and 1 at
 the schedule's start, chunk ``k >= 2`` before the rank's forward ``(k - 1)·pp - rank``
-(``forward_step_helper``'s ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
-pipeline_parallel_rank``, L1149-1168 at c550cf6: dispatched where that id is chunk ``k - 1``'s
-first micro-batch, ``chunk_dispatch_forward``); each module's pre-hook then only waits for its
+(the interleaved schedule's ``forward_step_helper``, ``forward_step_helper_preprocess`` in
+later releases: ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
+pipeline_parallel_rank``, dispatched where that id is chunk ``k - 1``'s first micro-batch,
+``chunk_dispatch_forward``); each module's pre-hook then only waits for its
 bucket. A rank's gathers are exposed where they outlast its wait before each chunk's first
 forward (``start_gather_exposed``). DualPipe's two copies are covered by neither.
 """

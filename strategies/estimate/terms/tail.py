@@ -121,13 +121,17 @@ def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradR
     ``k`` (rank 0, 1, pp - 1) waits ``w_k`` before its first forward (rank 0: none; rank 1:
     the first stage's chunk forward and a send; the last: every earlier stage's and
     ``pp - 1`` sends), then runs a chunk forward and a send per forward. Chunk gathers:
-    ``t_agc_k`` (chunk 0 at most ``ag_fill0_k``). Seconds."""
+    ``t_agc_k`` (chunk 0 at most ``ag_fill0_k``). Chunks 0 and 1 only, the two the schedule
+    dispatches at its start: a later chunk's is dispatched ``group + rank`` forwards before
+    its first, and a delay there is left to the schedule's slack (carried whole, the chain
+    priced gpt3-175b's 16 chunks at 0.21 s against the simulated 0.033 s; calibration
+    §5.194 Left (1)). Seconds."""
     pp, v, lf = P.pp, P.vpp, sc.layer_fwd
     group = np.where(P.microbatch_group_size > 0, P.microbatch_group_size, pp)
     n_first, n_mid, _ = st.n_k
     before = (0.0, n_first * lf / v + t_p2p,
               (n_first + (pp - 2) * n_mid) * lf / v + (pp - 1) * t_p2p)
-    vmax = int(np.max(v))
+    vmax = min(int(np.max(v)), 2)        # chunks 0 and 1
     gathers, first, ranks, waits, taus = [], [], [], [], []
     for k in range(3):
         # (pp 2: no middle rank; one with no gathers passes the delays on unchanged)
