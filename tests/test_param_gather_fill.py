@@ -139,12 +139,13 @@ def test_interleaved_rule_table():
     """Dispatched by the interleaved schedule: pp > 1, more than one chunk a rank, ZeRO-1/2,
     the overlap on, not DualPipe; the one-chunk rule and this one never both hold. Chunks 0
     and 1 at the start, chunk k >= 2 before the rank's forward ``(k - 1)·group - rank``."""
-    pp = np.array([1, 2, 4, 4, 4, 4, 4, 4])
-    vpp = np.array([2, 2, 1, 3, 2, 2, 2, 2])
-    zero = np.array([1, 1, 1, 2, 3, 0, 1, 1])
-    opg = np.array([True] * 6 + [False, True])
-    mirrored = np.array([False] * 7 + [True])
-    want = [False, True, False, True, False, False, False, False]
+    # (pp, vpp, zero, overlap, DualPipe) -> dispatched by the schedule
+    table = {(1, 2, 1, True, False): False, (2, 2, 1, True, False): True,
+             (4, 1, 1, True, False): False, (4, 3, 2, True, False): True,
+             (4, 2, 3, True, False): False, (4, 2, 0, True, False): False,
+             (4, 2, 1, False, False): False, (4, 2, 1, True, True): False}
+    pp, vpp, zero, opg, mirrored = (np.array(col) for col in zip(*table))
+    want = list(table.values())
     assert gathers_at_schedule_start(pp, vpp, zero, opg, mirrored).tolist() == want
     assert not np.any(gathers_at_schedule_start(pp, vpp, zero, opg, mirrored)
                       & gathers_on_fill_path(pp, vpp, zero, opg, mirrored))
