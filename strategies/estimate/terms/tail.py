@@ -116,8 +116,9 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
 def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradReduce,
                    t_p2p: Any) -> Any:
     """An interleaved pipeline's gathers as its schedule dispatches them
-    (``stacks.param_gather.gathers_at_schedule_start``, §5.194): the latest kind of rank's
-    delay (``start_gathers_delay``), which holds back its forwards and all after them. Kind
+    (``stacks.param_gather.gathers_at_schedule_start``, §5.194): the delay they carry to the
+    last rank (``start_gathers_delay`` over rank 0, rank 1 and the last), which holds back
+    the forwards and all after them. Kind
     ``k`` (rank 0, 1, pp - 1) waits ``w_k`` before its first forward (rank 0: none; rank 1:
     the first stage's chunk forward and a send; the last: every earlier stage's and
     ``pp - 1`` sends), then runs a chunk forward and a send per forward. Chunk gathers:
