@@ -109,8 +109,9 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
     what they add to that forward (``sm_share.overlap_extra`` of the buckets after the
     first, which the forward waits for, beside it; as the estimate's ``grad_reduce``).
     Where the gathers wait at each stage's first forward on micro-batch 0's fill path
-    (``gathers_on_fill_path``, ``strategies.stacks.param_gather``) the program runs them
-    there (``program.data_parallel.FillGathers``): they count as any other record."""
+    (``gathers_on_fill_path``, ``strategies.stacks.param_gather``), or where the interleaved
+    schedule dispatches them (``gathers_at_schedule_start``), the program runs them there
+    (``program.data_parallel.FillGathers``): they count as any other record."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
     gathers = PARAM_GATHER_PREFIX

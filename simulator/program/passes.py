@@ -24,9 +24,8 @@ class Passes:
         embedding)."""
         label, vs = f"F{i}.c{c}", self.vs(c, i)
         # the stage's first forward: its parameter gathers on the fill path (``FillGathers``)
-        fill = self.fill if self.fill is not None and not self.fill.ops else None
-        if fill is not None:
-            self.fill_start()
+        # (interleaved: the chunk's, dispatched by the schedule; ``fill_before_forward``)
+        fill = self.fill_before_forward(c) if self.fills else None
         if vs == 0:
             if fill is not None:
                 self.fill_need(fill.embedding)

@@ -1,7 +1,8 @@
 """Where an overlapped parameter all-gather (``overlap_param_gather``) waits in a pipelined
 step: the one rule the estimate (``estimate.terms.tail.step_tail``) and the simulator
 (``simulator.program.builder``: its ``FillGathers`` run the gathers before each stage's first
-forward) read (docs/calibration.md §5.194).
+forward, or from the step's start where the interleaved schedule dispatches them) read
+(docs/calibration.md §5.194).
 
 Megatron-Core (NVIDIA/Megatron-LM core_v0.13.0, c550cf6): after the optimizer no gather is
 issued while ``overlap_param_gather`` is on (``DistributedOptimizer.step_with_ready_grads``
@@ -16,8 +17,14 @@ first forward starts, after it has received micro-batch 0 from stage ``s - 1``. 
 exposed gather therefore lies on micro-batch 0's fill path, one after another, and the step
 grows by their sum over the stages, not by the latest rank's tail. The interleaved schedule
 (``align_param_gather`` on) dispatches chunks 0 and 1 on every rank before the first forward
-(``schedules.py`` L872-875) and is not covered here (the rank's tail after the optimizer,
-as before); DualPipe's two copies neither.
+(``schedules.py`` L872-875; ``gathers_at_schedule_start``): every rank's chunks 0 and 1 at
+the schedule's start, chunk ``k >= 2`` before the rank's forward ``(k - 1)·pp - rank``
+(the interleaved schedule's ``forward_step_helper``, ``forward_step_helper_preprocess`` in
+later releases: ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
+pipeline_parallel_rank``, dispatched where that id is chunk ``k - 1``'s first micro-batch,
+``chunk_dispatch_forward``); each module's pre-hook then only waits for its
+bucket. A rank's gathers are exposed where they outlast its wait before each chunk's first
+forward (``start_gather_exposed``). DualPipe's two copies are covered by neither.
 """
 from __future__ import annotations
 
@@ -41,6 +48,89 @@ def gathers_on_fill_path(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any
     zero = np.asarray(zero)
     return (np.asarray(pp) > 1) & (np.asarray(vpp) == 1) & ((zero == 1) | (zero == 2)) \
         & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool)
+
+
+def gathers_at_schedule_start(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any,
+                              mirrored: Any = False) -> Any:
+    """Whether an interleaved pipeline's overlapped parameter gathers (ZeRO-1/2 with
+    ``overlap_param_gather``; Megatron-Core's ``align_param_gather``) are dispatched by the
+    schedule (chunks 0 and 1 at its start, later chunks as it reaches them) rather than
+    after the optimizer. Scalars or arrays over plans.
+
+    >>> bool(gathers_at_schedule_start(4, 2, 1, True)), bool(gathers_at_schedule_start(4, 1, 1, True))
+    (True, False)
+    >>> bool(gathers_at_schedule_start(4, 2, 0, True)), bool(gathers_at_schedule_start(4, 2, 2, False))
+    (False, False)
+    """
+    zero = np.asarray(zero)
+    return (np.asarray(pp) > 1) & (np.asarray(vpp) > 1) & ((zero == 1) | (zero == 2)) \
+        & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool)
+
+
+def chunk_dispatch_forward(chunk: int, group: int, rank: int) -> int:
+    """The index (0-based, in the rank's order of forwards) of the forward before which
+    pipeline rank ``rank`` dispatches model chunk ``chunk``'s gathers: -1 (the schedule's
+    start) for chunks 0 and 1, ``(chunk - 1)·group - rank`` after (Megatron-Core's
+    ``param_sync_virtual_microbatch_id``; ``group`` the micro-batch group a chunk runs in a
+    row, ``microbatch_group_size_per_vp_stage``, pp by default).
+
+    >>> chunk_dispatch_forward(1, 4, 3), chunk_dispatch_forward(2, 4, 0), chunk_dispatch_forward(3, 4, 3)
+    (-1, 4, 5)
+    """
+    return -1 if chunk < 2 else (chunk - 1) * group - rank
+
+
+def start_gather_exposed(gathers: Any, fill_wait: Any) -> Any:
+    """Seconds a rank's gathers dispatched at the schedule's start delay its chunk's first
+    forward: what the gathers it waits for (seconds, issued together on one stream) outlast
+    its wait before that forward (``fill_wait``, seconds), ``max(0, gathers - fill_wait)``.
+
+    >>> float(start_gather_exposed(0.5, 0.25)), float(start_gather_exposed(0.25, 0.5))
+    (0.25, 0.0)
+    """
+    return np.maximum(np.asarray(gathers, dtype=float) - fill_wait, 0.0)
+
+
+def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
+                        ranks: list, waits: list, taus: list) -> Any:
+    """Seconds the overlapped parameter gathers delay a step under the interleaved
+    schedule's dispatch (``gathers_at_schedule_start``; arrays over plans or scalars), over
+    the pipeline's ranks in order (``ranks``: their pipeline ranks, e.g. rank 0, 1 and the
+    last). For rank ``i``: ``gathers[i][c]`` chunk ``c``'s gather (seconds, one stream, in
+    chunk order; chunks at ``c >= v`` ignored); ``first_exposed[i]`` at most what chunk 0's
+    exposes where its forward waits layer by layer; its forward ``n`` starts ``waits[i] +
+    n·taus[i]`` (its wait before its first forward, then a chunk forward and a send each)
+    plus its delay. Chunk ``c`` is dispatched at its ``chunk_dispatch_forward`` and waited
+    for at its first forward, ``c·group``, exposing ``start_gather_exposed`` of what it
+    outlasts; a rank's chunk ``c`` is also held by the rank before's (rank 0's by the last
+    rank's chunk ``c - 1``). The last rank's delay at its last chunk.
+
+    >>> float(start_gathers_delay([[1.0, 1.0, 1.0]], [1.0], 3, 2, [0], [0.0], [0.25]))
+    2.0
+    """
+    n = len(ranks)
+    delay = [[0.0] * len(gathers[0]) for _ in range(n)]
+    done = [0.0] * n
+    for c in range(len(gathers[0])):
+        live = np.asarray(v) > c
+        for i in range(n):
+            prior = delay[i][c - 1] if c else 0.0
+            held = delay[i - 1][c] if i else (delay[n - 1][c - 1] if c else 0.0)
+            prior = np.maximum(prior, held)
+            if c < 2:
+                at = 0.0
+            else:
+                idx = np.maximum((c - 1) * group - ranks[i], 0)
+                d_at = np.where(idx >= (c - 1) * group, delay[i][c - 1], delay[i][c - 2])
+                at = waits[i] + idx * taus[i] + d_at
+            end = np.maximum(at, done[i]) + gathers[i][c]
+            need = waits[i] + c * group * taus[i] + prior
+            e = start_gather_exposed(end, need)
+            if c == 0:
+                e = np.minimum(e, first_exposed[i])
+            delay[i][c] = np.where(live, prior + e, prior if c == 0 else delay[i][c - 1])
+            done[i] = np.where(live, end, done[i])
+    return delay[n - 1][-1]
 
 
 def fill_path_stages(pp: Any) -> tuple[Any, Any, Any]:

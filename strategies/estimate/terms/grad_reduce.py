@@ -29,12 +29,16 @@ class GradReduce:
     ``t_rs_k`` its whole reduce-scatter, ``grad_k`` its reduction's exposed seconds (ZeRO-0/1;
     the whole reduction without ``overlap_grad_reduce``), ``ag_k`` its parameter all-gather's
     (ZeRO >= 1), ``ag_fill_k`` its exposed share where it waits at the stage's first forward
-    (``stacks.param_gather``, §5.194)."""
+    (``stacks.param_gather``, §5.194); interleaved, ``t_agc_k`` its parameter all-gathers of
+    model chunk 0, a middle chunk and chunk ``v - 1``, each one call, and ``ag_fill0_k``
+    chunk 0's exposed part where its forward waits for it layer by layer."""
 
     t_rs_k: list
     grad_k: list
     ag_k: list
     ag_fill_k: list
+    t_agc_k: list
+    ag_fill0_k: list
 
 
 def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
@@ -127,5 +131,27 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0),
                 np.where(zero >= 1, fill, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
+
+    def chunk_gathers(k: int) -> tuple:
+        # chunk 0's, a middle chunk's and chunk v-1's gathers, one call each (1/v of the
+        # rank's layers; the embedding in rank 0's chunk 0, the LM head in the last rank's
+        # chunk v-1)
+        body = (pr_k[k] - end_k[k]) / v
+        return tuple(cm.dp_collective_time("allgather", gw_k[k], p, pe_k[k] / v, tp, cp, dp,
+                                           ep, etp, cl, dps)
+                     for p in (body + (end_k[0] if k == 0 else 0.0), body,
+                               body + (end_k[2] if k == 2 else 0.0)))
+
+    def chunk0_fill(k: int) -> Any:
+        # chunk 0's gather where its forward waits bucket by bucket (``ag_fill_k``'s form
+        # over the chunk's forward; its whole gather where it is one bucket)
+        t0 = chunk_gathers(k)[0]
+        first_ag = np.where(whole_k[k] > 0, whole_k[k], np.minimum(
+            1.0, np.maximum(sc.bucket_params, win.emb_k[k]) / pr_k[k]))
+        edge = one_bucket("allgather", gw_k[k], k, first_ag)
+        return np.minimum(t0, np.maximum(t0 - n_k[k] * sc.layer_fwd / v
+                                         + win.lead_layers_k[k] * sc.layer_fwd, edge))
     return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _, _ in grad_ag],
-                      ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag])
+                      ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag],
+                      t_agc_k=[chunk_gathers(k) for k in K],
+                      ag_fill0_k=[chunk0_fill(k) for k in K])
