@@ -74,7 +74,7 @@ from strategies.estimate.terms.buckets import bucket_windows
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.faults import degraded_view
 from strategies.estimate.terms.grad_reduce import grad_reduce
-from strategies.estimate.terms.layer_comm import layer_comm
+from strategies.estimate.terms.layer_comm import layer_comm, layer_forward
 from strategies.estimate.terms.messages import p2p_exposed
 from strategies.estimate.terms.stages import mtp_seconds, span_of, stage_times
 from strategies.estimate.exchanges import by_exchange, exchange_rows
@@ -157,7 +157,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (``rank_slack``), which hides as much of its own tail
     calls = DpCalls.of(sc, P, cl, profile, sms)
     win = bucket_windows(sc, P, profile, st, span, split, zero_g, m.num_nextn_predict_layers)
-    gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p)
+    gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p,
+                     layer_forward(sc, comm, span.fwd_tp))
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
     dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,

@@ -16,10 +16,12 @@ from strategies.cost.stage import StageCostArrays
 from strategies.estimate.terms.buckets import BucketWindows
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import grad_window_exposed, lanes_exposed
+from strategies.estimate.terms.fill_gathers import fill_gather_wait
 from strategies.estimate.terms.stages import StageTimes
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import attr_by_code, dispatch
 from strategies.stacks.comm_rules import full_grad_reduce
+from strategies.stacks.param_gather import gathers_on_fill_path
 from strategies.stacks.profile import FrameworkProfile
 
 
@@ -43,10 +45,12 @@ class GradReduce:
 
 def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
                 calls: DpCalls, st: StageTimes, win: BucketWindows, ogr_g: Any,
-                t_p2p: Any) -> GradReduce:
+                t_p2p: Any, f_layer: Any) -> GradReduce:
     """The gradient reductions and parameter gathers of plans ``P`` (``GradReduce``):
     ``ogr_g`` the overlap the gradients run with (``comm_rules.grad_path``), ``t_p2p`` one
-    pipeline message's seconds (interleaved: a step of the reduction window)."""
+    pipeline message's seconds (interleaved: a step of the reduction window), ``f_layer`` a
+    layer's forward with its exposed communication (``layer_comm.layer_forward``: what a
+    stage's first forward runs between its parameter gathers' waits)."""
     tp, pp, dp, cp, ep, etp, v, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.vpp, P.dp_shard
     sched, zero, opg, cl = P.schedule, P.zero, P.overlap_param_gather, calls.cl
     gb, pr_k, pe_k, own_lane = calls.gb, calls.pr_k, calls.pe_k, calls.own_lane
@@ -55,6 +59,7 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
     n_k, mirrored = st.n_k, st.mirrored
     last_k, window_k, lead_k, whole_k = win.last_k, win.window_k, win.lead_k, win.whole_k
     K = range(3)
+    on_fill_any = bool(np.any(gathers_on_fill_path(pp, v, zero, opg, mirrored)))
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
     t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
     # the parameter all-gather after the optimizer: each kind of rank's mean width
@@ -97,11 +102,16 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
             ag_over = ag_over + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
         ag = np.where(opg, ag_over, t_ag_k[k])
         # at the stage's first forward (§5.194): each bucket's gather is dispatched where the
-        # forward reaches the bucket before it (``finish_param_sync``), so the layers whose
-        # attention is in the last gathered bucket (the gradients' first; at least the last
-        # layer, whose MLP is; the LM head after them either way) run after the whole
-        # gather, the rest of the forward beside it (the simulator's ``FillGathers``)
+        # forward waits for the bucket before it (``finish_param_sync``), in forward order
+        # (the embedding's first), each layer's forward between the waits
+        # (``fill_gathers.fill_gather_wait``, ``stacks.param_gather_wait``; the simulator's
+        # ``FillGathers``); a rank past the first reduced as one bucket waits for it whole
         fill = np.maximum(t_ag_k[k] - ag_fwd + win.lead_layers_k[k] * sc.layer_fwd, ag_edge)
+        if on_fill_any:
+            cut = fill_gather_wait(
+                sc, f_layer, n_k[k], sc.head_params if k == 2 else 0.0, win.emb_k[k],
+                lambda params: one_bucket("allgather", gw_k[k], k, params / pr_k[k]))
+            fill = np.where(whole_k[k] > 0, fill, cut)
         if calls.sms.sm and calls.sms.nccl:
             fill = fill + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the

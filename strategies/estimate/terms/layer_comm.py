@@ -196,6 +196,14 @@ def ep_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: 
     return t_a2a, paired, lone, ep_layer
 
 
+def layer_forward(sc: StageCostArrays, comm: LayerComm, fwd_tp: Any) -> Any:
+    """One mean layer's forward per micro-batch with its exposed communication (seconds,
+    arrays over plans): compute, ``fwd_tp`` its forward TP collectives (``Span.fwd_tp``), its
+    ring waits and its all-to-all's forward half (less the recomputation's rounds)."""
+    return (sc.layer_fwd + fwd_tp + comm.cp_fwd
+            + (comm.ep - sc.ep_per_layer_recompute * comm.a2a) / 2)
+
+
 def layer_comm(sc: StageCostArrays, cl: Cluster, P: PlanArrays, mb: Any, split: Any,
                num_layers: int, sms: WindowSMs = NO_SMS) -> LayerComm:
     """One mean layer's exposed communication per micro-batch of plans ``P`` (``LayerComm``),

@@ -19,7 +19,7 @@ from strategies.estimate.terms.dp_exposure import (Z2_BACK, Z2_BUSY, Z2_COOLDOWN
                                                    lanes_exposed, sharded_exposed,
                                                    split_tail_exposed, z2_sync_exposed)
 from strategies.estimate.terms.grad_reduce import GradReduce
-from strategies.estimate.terms.layer_comm import LayerComm
+from strategies.estimate.terms.layer_comm import LayerComm, layer_forward
 from strategies.estimate.terms.ranks import rank_below
 from strategies.estimate.terms.stages import Span, StageTimes
 from strategies.plan_arrays import PlanArrays
@@ -86,7 +86,7 @@ def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTime
                                                     st.t_sum, st.head_f)
     w_share, f_share, pipe = span.w_share, span.f_share, span.pipe
     window_k, lead_k, r_f, slack = win.window_k, win.lead_k, win.r_f, win.slack
-    ep_layer, t_a2a, fwd_tp, cp_fwd = comm.ep, comm.a2a, span.fwd_tp, comm.cp_fwd
+    fwd_tp = span.fwd_tp
     K = range(3)
     # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
@@ -106,8 +106,7 @@ def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTime
     # (``lead_k``): that backward's seconds with its exposed communication, the rank's less
     # its forward (compute, TP collectives, ring waits, all-to-all) and the embedding's and
     # the LM head's forwards where it holds them (docs/calibration.md §5.127)
-    ep_fwd = (ep_layer - sc.ep_per_layer_recompute * t_a2a) / 2
-    f_layer = sc.layer_fwd + fwd_tp + cp_fwd + ep_fwd
+    f_layer = layer_forward(sc, comm, fwd_tp)
     t_own = (np.where(single, t_max, t_first), t_mid, t_last)
     f_ends = (sc.embedding_fwd + np.where(single, head_f, 0.0), 0.0,
               np.where(single, 0.0, head_f))
