@@ -60,7 +60,9 @@ def test_comparators_and_within_release_pairs(cs):
         assert 0.5 < c.tokens / model_tokens(j) < 1.5
     pairs = release_pairs(cs)
     label, meas, mod = pairs[0]
-    assert abs(meas / mod - 1) < 0.01          # 25.11: new GB200 / old B200 as the model has it
+    # 25.11: new GB200 / old B200 as the model has it: +0.65 % at §5.180, +1.15 % since
+    # §5.194 (interleaved plans' parameter gathers dispatched at the schedule's start)
+    assert abs(meas / mod - 1) < 0.015
     assert pairs[1][1] / pairs[1][2] < 0.85     # the 405B MXFP8 pair: GB200 slower than modelled
     for _, m, o in pairs[2:]:                  # the 8B pairs: the model's GB200/B200 5-7 % high
         assert 0.92 < m / o < 0.97

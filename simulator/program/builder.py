@@ -151,7 +151,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # start, ``stacks.param_gather.gathers_at_schedule_start``); each chunk's first
         # forward waits for its buckets as above
         self.at_start = bool(gathers_at_schedule_start(p.pp, p.vpp, p.zero,
-                                                       p.overlap_param_gather, self.mirrored))
+                                                       p.overlap_param_gather, self.mirrored,
+                                                       p.schedule == "interleaved"))
         gathered = (chunks if self.at_start else (0,) if self.on_fill else ()) \
             if self.grad_sync else ()
         self.fills = {c: FillGathers(self.buckets[c], len(self.chunk[c]), c) for c in gathered}

@@ -51,11 +51,13 @@ def gathers_on_fill_path(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any
 
 
 def gathers_at_schedule_start(pp: Any, vpp: Any, zero: Any, overlap_param_gather: Any,
-                              mirrored: Any = False) -> Any:
+                              mirrored: Any = False, interleaved: Any = True) -> Any:
     """Whether an interleaved pipeline's overlapped parameter gathers (ZeRO-1/2 with
     ``overlap_param_gather``; Megatron-Core's ``align_param_gather``) are dispatched by the
     schedule (chunks 0 and 1 at its start, later chunks as it reaches them) rather than
-    after the optimizer. Scalars or arrays over plans.
+    after the optimizer. ``interleaved``: the schedule is Megatron-Core's interleaved 1F1B,
+    whose ``align_param_gather`` this is (other schedules with two chunks a rank, ZB-V and
+    DualPipeV, keep the gathers after the optimizer). Scalars or arrays over plans.
 
     >>> bool(gathers_at_schedule_start(4, 2, 1, True)), bool(gathers_at_schedule_start(4, 1, 1, True))
     (True, False)
@@ -64,7 +66,8 @@ def gathers_at_schedule_start(pp: Any, vpp: Any, zero: Any, overlap_param_gather
     """
     zero = np.asarray(zero)
     return (np.asarray(pp) > 1) & (np.asarray(vpp) > 1) & ((zero == 1) | (zero == 2)) \
-        & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool)
+        & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool) \
+        & np.asarray(interleaved, dtype=bool)
 
 
 def chunk_dispatch_forward(chunk: int, group: int, rank: int) -> int:

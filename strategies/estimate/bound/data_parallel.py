@@ -19,7 +19,9 @@ from strategies.cost.comm.dp_groups import dp_parts_sum, parts_have_copies, repl
 from strategies.cost.stage import StageCostArrays
 from strategies.estimate.bound.floors import group_floor
 from strategies.plan_arrays import PlanArrays
+from strategies.schedules import schedule_code
 from strategies.stacks.comm_rules import full_grad_reduce
+from strategies.stacks.param_gather import gathers_at_schedule_start, gathers_on_fill_path
 from strategies.stacks.profile import FrameworkProfile
 from topologies.cluster import Cluster
 
@@ -87,6 +89,10 @@ def dp_terms(cl: Cluster, sc: StageCostArrays, P: PlanArrays, profile: Framework
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(P.overlap_param_gather, np.maximum(ag - window, ag / items), ag)
+        # where the schedule runs them before the first forwards (§5.194: on the fill path,
+        # or from an interleaved schedule's start) no gather trails the optimizer, and what
+        # the first forwards wait for is at least 0
+        ag_tail = np.where(scheduled, 0.0, ag_tail)
         z3 = nmb * v * lanes(2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1),
                              rep_floor(gb, kind))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
@@ -96,6 +102,9 @@ def dp_terms(cl: Cluster, sc: StageCostArrays, P: PlanArrays, profile: Framework
         busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero_g == 2), z2, 0.0))
         return DpTerms(red, ag_tail, busy)
 
+    scheduled = gathers_on_fill_path(P.pp, v, zero, P.overlap_param_gather, mirrored) \
+        | gathers_at_schedule_start(P.pp, v, zero, P.overlap_param_gather, mirrored,
+                                    P.schedule == schedule_code("interleaved"))
     terms = {k: one_kind(k) for k in ("first", "last", "mid")}   # each kind's once
     terms["heavy"] = terms["mid"]
     return terms

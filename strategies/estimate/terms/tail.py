@@ -20,6 +20,7 @@ from strategies.estimate.terms.ranks import rank_of_max
 from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
 from strategies.plan_arrays import PlanArrays
+from strategies.schedules import schedule_code
 from strategies.stacks.param_gather import fill_path_stages, gathers_at_schedule_start, \
     gathers_on_fill_path, start_gathers_delay
 
@@ -53,8 +54,8 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     on_fill = gathers_on_fill_path(pp, P.vpp, zero, P.overlap_param_gather, mirrored) & copies
     # interleaved: the schedule dispatches every rank's chunks 0 and 1 at its start, and a
     # rank exposes what they outlast its wait before each chunk's first forward
-    on_start = gathers_at_schedule_start(pp, P.vpp, zero, P.overlap_param_gather,
-                                         mirrored) & copies
+    on_start = gathers_at_schedule_start(pp, P.vpp, zero, P.overlap_param_gather, mirrored,
+                                         P.schedule == schedule_code("interleaved")) & copies
     ag_k = [np.where(on_fill | on_start, 0.0, a) for a in gr.ag_k]
     n_fill = fill_path_stages(pp)
     fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_fill_k[k], 0.0)
