@@ -82,6 +82,13 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
     end_k = (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
     steps = dispatch(sched, "reduce_window_steps", pp, v)
 
+    # each kind's first parameter-gather bucket and its seconds (the embedding's share, at
+    # least one bucket, as before §5.193's cut of the gradients' buckets): the overlapped
+    # gather's edge, and interleaved chunk 0's, read it
+    ag_edge_k = [one_bucket("allgather", gw_k[k], k, np.where(
+        whole_k[k] > 0, whole_k[k],
+        np.minimum(1.0, np.maximum(sc.bucket_params, win.emb_k[k]) / pr_k[k]))) for k in K]
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         rep = np.where(full, 0.0, rep_bucket(k, 1.0))
@@ -91,11 +98,7 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                           one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
         # (overlapped: all but the first bucket beside the next forward, which their SMs
         # slow, ``sm_share.overlap_extra``; the simulator's ``metrics.rank_ends`` alike)
-        # (the gather's first bucket: the embedding's share, at least one bucket, as before
-        # §5.193's cut of the gradients' buckets)
-        first_ag = np.where(whole_k[k] > 0, whole_k[k], np.minimum(
-            1.0, np.maximum(sc.bucket_params, win.emb_k[k]) / pr_k[k]))
-        ag_edge = one_bucket("allgather", gw_k[k], k, first_ag)
+        ag_edge = ag_edge_k[k]
         ag_fwd = n_k[k] * sc.layer_fwd
         ag_over = np.maximum(t_ag_k[k] - ag_fwd, ag_edge)
         if calls.sms.sm and calls.sms.nccl:
@@ -152,16 +155,15 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                      for p in (body + (end_k[0] if k == 0 else 0.0), body,
                                body + (end_k[2] if k == 2 else 0.0)))
 
+    t_agc_k = [chunk_gathers(k) for k in K]
+
     def chunk0_fill(k: int) -> Any:
         # chunk 0's gather where its forward waits bucket by bucket (``ag_fill_k``'s form
         # over the chunk's forward; its whole gather where it is one bucket)
-        t0 = chunk_gathers(k)[0]
-        first_ag = np.where(whole_k[k] > 0, whole_k[k], np.minimum(
-            1.0, np.maximum(sc.bucket_params, win.emb_k[k]) / pr_k[k]))
-        edge = one_bucket("allgather", gw_k[k], k, first_ag)
+        t0 = t_agc_k[k][0]
         return np.minimum(t0, np.maximum(t0 - n_k[k] * sc.layer_fwd / v
-                                         + win.lead_layers_k[k] * sc.layer_fwd, edge))
+                                         + win.lead_layers_k[k] * sc.layer_fwd, ag_edge_k[k]))
     return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _, _ in grad_ag],
                       ag_k=[a for _, a, _ in grad_ag], ag_fill_k=[f for _, _, f in grad_ag],
-                      t_agc_k=[chunk_gathers(k) for k in K],
+                      t_agc_k=t_agc_k,
                       ag_fill0_k=[chunk0_fill(k) for k in K])
