@@ -60,7 +60,8 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     n_fill = fill_path_stages(pp)
     fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_fill_k[k], 0.0)
                                  for k in K), 0.0)
-    fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p), 0.0)
+    if np.any(on_start):     # (the chain's work only where a plan runs it)
+        fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p), 0.0)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
