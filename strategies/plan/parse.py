@@ -40,6 +40,36 @@ ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp
           "account_for_loss_in_pipeline_split": "account_loss"}
 
 
+#: Megatron-Core's ``--hierarchical-context-parallel-sizes`` (``ModelParallelConfig.
+#: hierarchical_context_parallel_sizes``), read as the plan's ``hierarchical_cp``
+#: (``hierarchical_cp_of``)
+HCP_SIZES = "hierarchical_context_parallel_sizes"
+
+
+def hierarchical_cp_of(value: Any) -> tuple[int, int]:
+    """``(hierarchical_cp, product)`` of Megatron's ``hierarchical_context_parallel_sizes``
+    (a YAML list, or text ``2,4`` / ``2/4`` / ``2 4``): two levels, the all-to-all size
+    first. Megatron-Core's ``create_hierarchical_groups`` (parallel_state.py, d98e8a64d) makes
+    the first level's groups of consecutive CP ranks, and ``TEDotProductAttention`` hands
+    the groups to Transformer Engine's ``a2a+p2p``, whose all-to-all runs over the first and
+    ring over the second (``context_parallel.py``, d0067d0): ``[k, cp/k]`` is
+    ``hierarchical_cp=k``. ``SpecError`` naming the key where it is not two whole sizes."""
+    if isinstance(value, str):
+        items = [x for x in value.replace(",", " ").replace("/", " ").replace(":", " ").split()]
+        sizes = tuple(parse_int_text(HCP_SIZES, x) for x in items)
+    elif isinstance(value, (list, tuple)) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value):
+        sizes = tuple(value)
+    else:
+        raise SpecError(HCP_SIZES, value, "must be a list of integers, e.g. [2, 4]")
+    if len(sizes) != 2 or min(sizes) < 1:
+        raise SpecError(HCP_SIZES, value, "must be two sizes [k, cp/k] (the all-to-all group "
+                        "first, then the ring across the groups): paraplan reads it as "
+                        "hierarchical_cp=k with cp_comm=a2a+p2p, whose two levels Transformer "
+                        "Engine runs")
+    return sizes[0], sizes[0] * sizes[1]
+
+
 def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] | None:
     """``10/6/6/10`` (or ``10:6:6:10``, or a YAML list) as a tuple of ints; None stays None
     (``layers_per_stage``, ``group_microbatches``)."""
@@ -152,15 +182,30 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     if not isinstance(d, Mapping):
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
+    hcp = None          # Megatron's hierarchical sizes: (value, product), checked against cp
     for raw, value in d.items():
         if not isinstance(raw, str):
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         key = ALIAS.get(raw.strip().lower(), raw.strip().lower())
+        if key == HCP_SIZES:
+            key = "hierarchical_cp"
         if key not in _FIELD_TYPES:
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         if key in args:
             raise SpecError("plan", raw, "key given twice")
-        args[key] = coerce(key, value)
+        if raw.strip().lower() == HCP_SIZES:
+            args[key], prod = hierarchical_cp_of(value)
+            hcp = (value, prod)
+        else:
+            args[key] = coerce(key, value)
+    if hcp is not None and args.get("cp_comm") != "a2a+p2p":
+        raise SpecError(HCP_SIZES, hcp[0], "is read with cp_comm=a2a+p2p (cp_comm_type): "
+                        "Megatron-Core builds the hierarchical groups for any exchange but only "
+                        "a2a+p2p runs over them; give cp_comm=a2a+p2p or leave the key out")
+    if hcp is not None and hcp[1] != args.get("cp", 1):
+        raise SpecError(HCP_SIZES, hcp[0], f"the sizes multiply to {hcp[1]}, not cp="
+                        f"{args.get('cp', 1)} (Megatron-LM's validate_args asserts "
+                        "context_parallel_size == prod(hierarchical_context_parallel_sizes))")
     for key, value in (defaults or {}).items():
         if key == "tp_comm_overlap" and key not in args:
             value = tp_overlap_default(value, args.get("tp", 1), args.get("sp", False))
@@ -247,4 +292,4 @@ def refuse_path(text: str, field: str = "plan") -> None:
 
 #: plan keys that take a list, whose items plan text joins with "," too
 #: (``recompute_modules=core_attn,mlp``): an item without "=" after one continues it
-LIST_KEYS = {"recompute_modules"}
+LIST_KEYS = {"recompute_modules", HCP_SIZES}
