@@ -1,6 +1,6 @@
 """Windowed attention in a search with no stack named, Llama 4's chunked windows under
 context parallelism, and Megatron's ``hierarchical_context_parallel_sizes`` in a plan
-(docs/calibration.md §5.198, ``stacks.cp_windows``, ``search.axes.cp_exchanges``,
+(docs/search.md, docs/cli.md; ``stacks.cp_windows``, ``search.axes.cp_exchanges``,
 ``plan.parse.hierarchical_cp_of``)."""
 from __future__ import annotations
 

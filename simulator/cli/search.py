@@ -55,7 +55,8 @@ def register(sub) -> None:
                                    "Under a named --framework that lets a plan choose it, the "
                                    "context-parallel K/V exchange (cp_comm p2p, all_gather, a2a, "
                                    "a2a+p2p with hierarchical_cp) is explored for plans with "
-                                   "cp > 1.")
+                                   "cp > 1; with none named, only where the default ring "
+                                   "cannot run the model's windows or sinks.")
     add_model_cluster(p, required=False, global_batch_default=DEFAULT_GLOBAL_BATCH)
     g = p.add_argument_group("space")
     g.add_argument("--fix", action=Once, default=None, metavar="K=V,...",

@@ -47,7 +47,7 @@ class StackLimits:
     #: (its ``window_size`` is a band); NeMo's and Megatron-Bridge's ``Llama4SelfAttention``
     #: (``llama4_utils.py``) fold the rank's chunks into the batch (``chunkify``) before TE's
     #: attention, whose exchange then joins the CP ranks' folded chunks as one sequence
-    #: (``cp_chunk_source``; docs/calibration.md §5.198)
+    #: (``cp_chunk_source``; docs/cli.md, `--framework`)
     cp_window_impls: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("sliding", ("allgather", "a2a")), ("chunked", ()))
     #: the exchanges under which the stack runs attention sinks (``ModelSpec.attention_sinks``,
