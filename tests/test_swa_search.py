@@ -193,3 +193,20 @@ def test_hierarchical_sizes_refused_through_the_cli(tmp_path) -> None:
                           "--plan", str(path)])
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "hierarchical_context_parallel_sizes=[2, 2]" in err and "not cp=8" in err
+
+
+def test_hierarchical_sizes_in_a_search_plan(tmp_path) -> None:
+    """``search --plan FILE`` reads the key as every ``--plan`` does: ``hierarchical_cp``
+    fixed; refused (exit 2, the key named) where the sizes do not multiply to ``cp``."""
+    from simulator.cli.search import plan_fix
+    path = tmp_path / "p.yaml"
+    path.write_text("cp: 8\ncp_comm_type: a2a+p2p\nhierarchical_context_parallel_sizes: [4, 2]\n"
+                    "gbs: 8\n")
+    fixed, gbs = plan_fix(str(path))
+    assert fixed["hierarchical_cp"] == 4 and fixed["cp"] == 8 and gbs == 8
+    assert plan_fix("cp=8,cp_comm=a2a+p2p,hierarchical_context_parallel_sizes=2,4")[0][
+        "hierarchical_cp"] == 2
+    rc, _, err = run_cli(["search", "--model", "llama3-8b", "--cluster", "dgx-h100:1",
+                          "--plan", "cp=8,cp_comm=a2a+p2p,hierarchical_context_parallel_sizes"
+                          "=2/2,gbs=8"])
+    assert rc == 2 and "hierarchical_context_parallel_sizes=2/2" in err and "not cp=8" in err

@@ -70,6 +70,36 @@ def hierarchical_cp_of(value: Any) -> tuple[int, int]:
     return sizes[0], sizes[0] * sizes[1]
 
 
+def read_hierarchical_sizes(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """A plan's ``(key, value)`` items with Megatron's ``hierarchical_context_parallel_sizes``
+    (any case) read as ``("hierarchical_cp", k)`` (``hierarchical_cp_of``), where the items'
+    ``cp_comm`` is ``a2a+p2p`` (Megatron-Core builds the groups for any exchange, only
+    ``a2a+p2p`` runs over them) and the sizes multiply to their ``cp`` (Megatron-LM's
+    ``validate_args`` asserts it); SpecError naming the key otherwise. The one reading
+    ``plan_from_mapping`` and the search's ``--plan`` share."""
+    canon = [(ALIAS.get(str(k).strip().lower(), str(k).strip().lower()), v) for k, v in items]
+    out = []
+    for (raw, value), (key, _) in zip(items, canon):
+        if key != HCP_SIZES:
+            out.append((raw, value))
+            continue
+        k, prod = hierarchical_cp_of(value)
+        comm = [v for c, v in canon if c == "cp_comm"]
+        if not comm or str(comm[0]).strip().lower() != "a2a+p2p":
+            raise SpecError(HCP_SIZES, value, "is read with cp_comm=a2a+p2p (cp_comm_type): "
+                            "Megatron-Core builds the hierarchical groups for any exchange but "
+                            "only a2a+p2p runs over them; give cp_comm=a2a+p2p or leave the "
+                            "key out")
+        cps = [v for c, v in canon if c == "cp"]
+        cp = coerce("cp", cps[0]) if cps else 1
+        if prod != cp:
+            raise SpecError(HCP_SIZES, value, f"the sizes multiply to {prod}, not cp={cp} "
+                            "(Megatron-LM's validate_args asserts context_parallel_size == "
+                            "prod(hierarchical_context_parallel_sizes))")
+        out.append(("hierarchical_cp", k))
+    return out
+
+
 def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] | None:
     """``10/6/6/10`` (or ``10:6:6:10``, or a YAML list) as a tuple of ints; None stays None
     (``layers_per_stage``, ``group_microbatches``)."""
@@ -182,30 +212,15 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     if not isinstance(d, Mapping):
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
-    hcp = None          # Megatron's hierarchical sizes: (value, product), checked against cp
-    for raw, value in d.items():
+    for raw, value in read_hierarchical_sizes(list(d.items())):
         if not isinstance(raw, str):
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         key = ALIAS.get(raw.strip().lower(), raw.strip().lower())
-        if key == HCP_SIZES:
-            key = "hierarchical_cp"
         if key not in _FIELD_TYPES:
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         if key in args:
             raise SpecError("plan", raw, "key given twice")
-        if raw.strip().lower() == HCP_SIZES:
-            args[key], prod = hierarchical_cp_of(value)
-            hcp = (value, prod)
-        else:
-            args[key] = coerce(key, value)
-    if hcp is not None and args.get("cp_comm") != "a2a+p2p":
-        raise SpecError(HCP_SIZES, hcp[0], "is read with cp_comm=a2a+p2p (cp_comm_type): "
-                        "Megatron-Core builds the hierarchical groups for any exchange but only "
-                        "a2a+p2p runs over them; give cp_comm=a2a+p2p or leave the key out")
-    if hcp is not None and hcp[1] != args.get("cp", 1):
-        raise SpecError(HCP_SIZES, hcp[0], f"the sizes multiply to {hcp[1]}, not cp="
-                        f"{args.get('cp', 1)} (Megatron-LM's validate_args asserts "
-                        "context_parallel_size == prod(hierarchical_context_parallel_sizes))")
+        args[key] = coerce(key, value)
     for key, value in (defaults or {}).items():
         if key == "tp_comm_overlap" and key not in args:
             value = tp_overlap_default(value, args.get("tp", 1), args.get("sp", False))
