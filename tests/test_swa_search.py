@@ -210,3 +210,21 @@ def test_hierarchical_sizes_in_a_search_plan(tmp_path) -> None:
                           "--plan", "cp=8,cp_comm=a2a+p2p,hierarchical_context_parallel_sizes"
                           "=2/2,gbs=8"])
     assert rc == 2 and "hierarchical_context_parallel_sizes=2/2" in err and "not cp=8" in err
+
+
+def test_no_stack_rows_estimate_equal_to_their_keys() -> None:
+    """With no stack named, the exchanges the space adds for a windowed model are priced as
+    ``estimate`` prices each plan (no framework), step and peak to 1e-9."""
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.estimate.scalar import estimate
+    cl = cluster_preset("dgx-h100", 1)
+    sp = enumerate_space(WIN, cl, 16, SpaceOptions(max_mbs=1, layouts=False,
+                                                   fixed=parse_fix("cp=4")))
+    codes = sp.cols["cpc"]
+    assert set(codes.tolist()) == {AG, A2A}
+    a = estimate_arrays(WIN, cl, "bf16", sp.arrays)
+    for c in (AG, A2A):
+        for i in np.flatnonzero(codes == c)[::7][:4].tolist():
+            e = estimate(make_job(WIN, cl, sp.plan(i)))
+            assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-9, abs=0)
+            assert sp.peak_memory[i] == pytest.approx(e.memory.total, rel=1e-9, abs=0)
