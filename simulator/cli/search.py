@@ -22,7 +22,8 @@ from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import LIST_KEYS, coerce, plan_items, refuse_path
+from strategies.plan.parse import (LIST_KEYS, coerce, plan_items, read_hierarchical_sizes,
+                                   refuse_path)
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
@@ -55,7 +56,8 @@ def register(sub) -> None:
                                    "Under a named --framework that lets a plan choose it, the "
                                    "context-parallel K/V exchange (cp_comm p2p, all_gather, a2a, "
                                    "a2a+p2p with hierarchical_cp) is explored for plans with "
-                                   "cp > 1.")
+                                   "cp > 1; with none named, only where the default ring "
+                                   "cannot run the model's windows or sinks.")
     add_model_cluster(p, required=False, global_batch_default=DEFAULT_GLOBAL_BATCH)
     g = p.add_argument_group("space")
     g.add_argument("--fix", action=Once, default=None, metavar="K=V,...",
@@ -252,6 +254,10 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
             if not eq or not key.strip():
                 raise CliError("--plan", item, "each item must be key=value, e.g. tp=8")
             items.append((key, value))
+    try:        # Megatron's hierarchical_context_parallel_sizes, as every --plan reads it
+        items = read_hierarchical_sizes(items)
+    except SpecError as e:
+        raise CliError("--plan", f"{e.field}={e.value}", e.rule) from None
     fixed: list[str] = []
     gbs, seen = None, set()
     for raw, value in items:

@@ -14,6 +14,7 @@ from strategies.framework import get_profile
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.search.plan_rows import plan_key
+from strategies.stacks.cp_windows import own_exchange_refusal
 from strategies.search.recommend import (Without, batching_sentences, exchange_sentence,
                                          expert_choice, expert_sentence, explain)
 from topologies.gpus import GIB
@@ -184,9 +185,11 @@ def recommended_row(cfg: SearchConfig, space: Any, analytic: dict, bounds: np.nd
                                          set(out.needed), p))
     row["why"] += batching_sentences(p, cfg.options.fixed)
     other = other_exchange(space, bounds, plans, keys, res, set(out.needed), pick)
-    if other is not None:       # the K/V exchange the search chose, named
+    stack = cfg.framework or get_profile(None)
+    why = own_exchange_refusal(cfg.model, stack) if p.cp > 1 else None
+    if other is not None or why:    # the K/V exchange the search chose, named (and why)
         row["why"].append(exchange_sentence(p, res[pick]["step_time_s"], other,
-                                            (cfg.framework or get_profile(None)).cp_impl))
+                                            stack.cp_impl, why))
     row["within_tolerance"] = len(out.pool)
     if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
         row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)

@@ -40,6 +40,66 @@ ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp
           "account_for_loss_in_pipeline_split": "account_loss"}
 
 
+#: Megatron-Core's ``--hierarchical-context-parallel-sizes`` (``ModelParallelConfig.
+#: hierarchical_context_parallel_sizes``), read as the plan's ``hierarchical_cp``
+#: (``hierarchical_cp_of``)
+HCP_SIZES = "hierarchical_context_parallel_sizes"
+
+
+def hierarchical_cp_of(value: Any) -> tuple[int, int]:
+    """``(hierarchical_cp, product)`` of Megatron's ``hierarchical_context_parallel_sizes``
+    (a YAML list, or text ``2,4`` / ``2/4`` / ``2 4``): two levels, the all-to-all size
+    first. Megatron-Core's ``create_hierarchical_groups`` (parallel_state.py, d98e8a64d) makes
+    the first level's groups of consecutive CP ranks, and ``TEDotProductAttention`` hands
+    the groups to Transformer Engine's ``a2a+p2p``, whose all-to-all runs over the first and
+    ring over the second (``context_parallel.py``, d0067d0): ``[k, cp/k]`` is
+    ``hierarchical_cp=k``. ``SpecError`` naming the key where it is not two whole sizes."""
+    if isinstance(value, str):
+        items = [x for x in value.replace(",", " ").replace("/", " ").replace(":", " ").split()]
+        sizes = tuple(parse_int_text(HCP_SIZES, x) for x in items)
+    elif isinstance(value, (list, tuple)) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value):
+        sizes = tuple(value)
+    else:
+        raise SpecError(HCP_SIZES, value, "must be a list of integers, e.g. [2, 4]")
+    if len(sizes) != 2 or min(sizes) < 1:
+        raise SpecError(HCP_SIZES, value, "must be two sizes [k, cp/k] (the all-to-all group "
+                        "first, then the ring across the groups): paraplan reads it as "
+                        "hierarchical_cp=k with cp_comm=a2a+p2p, whose two levels Transformer "
+                        "Engine runs")
+    return sizes[0], sizes[0] * sizes[1]
+
+
+def read_hierarchical_sizes(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """A plan's ``(key, value)`` items with Megatron's ``hierarchical_context_parallel_sizes``
+    (any case) read as ``("hierarchical_cp", k)`` (``hierarchical_cp_of``), where the items'
+    ``cp_comm`` is ``a2a+p2p`` (Megatron-Core builds the groups for any exchange, only
+    ``a2a+p2p`` runs over them) and the sizes multiply to their ``cp`` (Megatron-LM's
+    ``validate_args`` asserts it); SpecError naming the key otherwise. The one reading
+    ``plan_from_mapping`` and the search's ``--plan`` share."""
+    canon = [(ALIAS.get(str(k).strip().lower(), str(k).strip().lower()), v) for k, v in items]
+    out = []
+    for (raw, value), (key, _) in zip(items, canon):
+        if key != HCP_SIZES:
+            out.append((raw, value))
+            continue
+        k, prod = hierarchical_cp_of(value)
+        comm = [v for c, v in canon if c == "cp_comm"]
+        if not comm or str(comm[0]).strip().lower() != "a2a+p2p":
+            raise SpecError(HCP_SIZES, value, "is read with cp_comm=a2a+p2p (cp_comm_type): "
+                            "Megatron-Core builds the hierarchical groups for any exchange but "
+                            "only a2a+p2p runs over them; give cp_comm=a2a+p2p or leave the "
+                            "key out")
+        cps = [v for c, v in canon if c == "cp"]
+        cp = coerce("cp", cps[0]) if cps else 1
+        if prod != cp:
+            raise SpecError(HCP_SIZES, value, f"the sizes multiply to {prod}, not cp={cp} "
+                            "(Megatron-LM's validate_args asserts context_parallel_size == "
+                            "prod(hierarchical_context_parallel_sizes))")
+        out.append(("hierarchical_cp", k))
+    return out
+
+
 def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] | None:
     """``10/6/6/10`` (or ``10:6:6:10``, or a YAML list) as a tuple of ints; None stays None
     (``layers_per_stage``, ``group_microbatches``)."""
@@ -152,7 +212,7 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     if not isinstance(d, Mapping):
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
-    for raw, value in d.items():
+    for raw, value in read_hierarchical_sizes(list(d.items())):
         if not isinstance(raw, str):
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         key = ALIAS.get(raw.strip().lower(), raw.strip().lower())
@@ -247,4 +307,4 @@ def refuse_path(text: str, field: str = "plan") -> None:
 
 #: plan keys that take a list, whose items plan text joins with "," too
 #: (``recompute_modules=core_attn,mlp``): an item without "=" after one continues it
-LIST_KEYS = {"recompute_modules"}
+LIST_KEYS = {"recompute_modules", HCP_SIZES}

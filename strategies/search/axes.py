@@ -11,6 +11,7 @@ import numpy as np
 
 from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
+from strategies.framework import get_profile
 from strategies.job import check_modules_against_model
 from strategies.model import ModelSpec
 from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
@@ -22,6 +23,7 @@ from strategies.search.layouts import slot_vpps
 from strategies.search.options import SCHEDULE_SETS, SpaceOptions
 from strategies.search.plan_rows import SWITCH_DEFAULTS, SWITCH_KEYS
 from strategies.search.prune_rules import tp_divides_heads
+from strategies.stacks.cp_windows import own_exchange_refusal, runnable_comms
 from strategies.stacks.profile import FrameworkProfile
 from topologies.cluster import Cluster
 
@@ -106,7 +108,7 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
         framework is not None and "op" in framework.recompute) else [])
     ax = {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
           "zero": [0, 1, 2, 3], "switches": _switch_columns(fx),
-          "cpx": cp_exchanges(fx, framework)}
+          "cpx": cp_exchanges(fx, framework, model)}
     if "recompute_modules" in fx:
         ax["rcm"] = modules_mask(fx["recompute_modules"])
     if "recompute_layers" in fx:     # carried by the full rows (``product._grid``)
@@ -121,17 +123,28 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
     return ax
 
 
-def cp_exchanges(fixed: Mapping[str, Any], framework: FrameworkProfile | None) -> list[int]:
+def cp_exchanges(fixed: Mapping[str, Any], framework: FrameworkProfile | None,
+                 model: ModelSpec | None = None) -> list[int]:
     """The K/V exchanges (``PlanArrays.cp_comm`` codes) the space adds beside the stack's own
     (code 0) to each row with ``cp > 1`` (``product._with_exchanges``): those the named stack
     lets a plan choose (``FrameworkProfile.cp_comms``, Megatron-Core's ``--cp-comm-type``)
     but its own (``cp_impl``: ``p2p`` is Megatron-Core's ring, code 0 already), in
-    ``CP_COMMS`` order; none where ``--fix cp_comm=`` gives one (every row carries it) or no
-    stack is named (Megatron-Core's costs without its limits: the stack's own exchange, the
-    space of earlier releases). A Transformer Engine older than an exchange needs is the
-    ``framework`` rule's to prune (``stacks.rules``)."""
-    if "cp_comm" in fixed or framework is None:
+    ``CP_COMMS`` order; none where ``--fix cp_comm=`` gives one (every row carries it). With
+    no stack named, the default's own exchange only (Megatron-Core's costs without its
+    limits, the space of earlier releases), unless it cannot run ``model``'s attention
+    (``stacks.cp_windows``: a sliding window, attention sinks): then the exchanges of
+    Megatron-Core's ``--cp-comm-type`` that can (gpt-oss: ``a2a``; a sliding window:
+    ``all_gather``, ``a2a``), as a Megatron-Core user switches ``--cp-comm-type`` from its
+    default ``p2p`` only where Transformer Engine refuses it. A Transformer Engine older than
+    an exchange needs is the ``framework`` rule's to prune (``stacks.rules``)."""
+    if "cp_comm" in fixed:
         return []
+    if framework is None:
+        stack = get_profile(None)
+        if model is None or own_exchange_refusal(model, stack) is None:
+            return []
+        return [1 + CP_COMMS.index(c) for c in runnable_comms(model, stack)
+                if c in stack.cp_comms and CP_IMPL_OF[c] != stack.cp_impl]
     return [1 + CP_COMMS.index(c) for c in CP_COMMS
             if c in framework.cp_comms and CP_IMPL_OF[c] != framework.cp_impl]
 

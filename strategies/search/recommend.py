@@ -150,16 +150,23 @@ EXCHANGE_WORDS = {"p2p": "the ring of K/V sends under the attention",
                   "torch": "PyTorch's ring"}
 
 
-def exchange_sentence(pick: Plan, pick_s: float, other: Without, own: str) -> str:
+def exchange_sentence(pick: Plan, pick_s: float, other: Without | None, own: str,
+                      why: str | None = None) -> str:
     """The K/V exchange of ``pick`` (``cp > 1``) in words, against ``other``, the best known
-    plan with another exchange (``Without`` with ``dim`` ``cp_comm``); ``own``: the stack's
-    ``cp_impl``, the exchange of a plan that names none."""
+    plan with another exchange (``Without`` with ``dim`` ``cp_comm``; None: the space
+    explores no other one); ``own``: the stack's ``cp_impl``, the exchange of a plan that
+    names none; ``why``: why the stack's own cannot run the model
+    (``stacks.cp_windows.own_exchange_refusal``), where that chose the exchange."""
     name = pick.cp_comm or own
     k = pick.hierarchical_cp or 1
     what = EXCHANGE_WORDS.get(name, name).format(cp=pick.cp, k=k, r=pick.cp // k)
     head = (f"K/V exchange (cp_comm {pick.cp_comm}" + (f", hierarchical_cp {k}"
                                                        if pick.hierarchical_cp else "")
             if pick.cp_comm else f"K/V exchange (the stack's own, {own}") + f": {what})"
+    if why:
+        head += f", chosen because {why}"
+    if other is None:
+        return head
     if other.seconds is None:
         return f"{head}: no feasible plan with context parallelism runs another exchange"
     if other.seconds < pick_s:

@@ -71,16 +71,49 @@ def window_exchange_ok(m: "ModelSpec", fw: "FrameworkProfile", cp: Any, cpc: Any
     return ok if np.ndim(ok) else bool(ok)
 
 
+def runnable_comms(m: "ModelSpec", fw: "FrameworkProfile") -> list[str]:
+    """The plan ``cp_comm`` values (``CP_COMMS`` order) over which stack ``fw`` runs ``m``
+    with ``cp > 1``: those it lets a plan choose (``fw.cp_comms``) or runs as its own
+    (``fw.cp_impl``) whose exchange ``window_impls`` allows; every such one where ``m`` is not
+    limited."""
+    allowed = window_impls(m, fw)
+    return [c for c in CP_COMMS if (c in fw.cp_comms or CP_IMPL_OF[c] == fw.cp_impl)
+            and (allowed is None or CP_IMPL_OF[c] in allowed)]
+
+
+def own_exchange_refusal(m: "ModelSpec", fw: "FrameworkProfile") -> str | None:
+    """Why stack ``fw``'s own exchange (``fw.cp_impl``, a plan naming no ``cp_comm``) cannot
+    run ``m`` with ``cp > 1``, in words (the exchange, what of ``m``, the source, the
+    exchanges that can: ``runnable_comms``); None where it can. The search's recommendation
+    names it beside the exchange it chose."""
+    allowed = window_impls(m, fw)
+    if allowed is None or fw.cp_impl in allowed:
+        return None
+    what, source = _what(m, fw, fw.cp_impl)
+    runs = runnable_comms(m, fw)
+    return (f"{fw.name}'s own exchange, {EXCHANGE_NAMES[fw.cp_impl]}, cannot run {m.name}'s "
+            f"{what} ({source}); it runs {m.name} with cp > 1 over "
+            + (f"cp_comm={' or '.join(runs)} only" if runs else "no exchange"))
+
+
 def _what(m: "ModelSpec", fw: "FrameworkProfile", impl: str) -> tuple[str, str]:
     """(what of ``m`` the exchange ``impl`` cannot run, the source): its windowed layers
-    (``fw.cp_window_source``) or else its attention sinks."""
+    (``fw.cp_chunk_source`` for chunked ones where the stack gives one, else
+    ``fw.cp_window_source``) or else its attention sinks."""
     limits = dict(fw.cp_window_impls)
     if m.num_windowed_layers and impl not in limits.get(m.window_kind, (impl,)):
-        return (f"{m.window_kind}-window layers (window {m.sliding_window})",
-                fw.cp_window_source)
+        source = (fw.cp_chunk_source if m.window_kind == "chunked" and fw.cp_chunk_source
+                  else fw.cp_window_source)
+        return (f"{m.window_kind}-window layers (window {m.sliding_window})", source)
     return ("attention sinks (softmax_type learnable)",
             "Transformer Engine runs a non-vanilla softmax under context parallelism only "
             "with cp_comm_type a2a (attn_forward_func_with_cp asserts it)")
+
+
+def _elsewhere(m: "ModelSpec") -> bool:
+    """Some stack with context parallelism runs ``m`` with ``cp > 1`` over some exchange."""
+    from strategies.framework import PROFILES     # the registry imports the stacks
+    return any(fw.context_parallel and runnable_comms(m, fw) for fw in PROFILES.values())
 
 
 def check_window_exchange(m: "ModelSpec", fw: "FrameworkProfile", cp: int,
@@ -92,11 +125,10 @@ def check_window_exchange(m: "ModelSpec", fw: "FrameworkProfile", cp: int,
     if window_exchange_ok(m, fw, cp, cpc):
         return
     impl = fw.cp_impl if cp_comm is None else CP_IMPL_OF[cp_comm]
-    allowed = window_impls(m, fw) or ()
-    runs = [c for c in CP_COMMS if CP_IMPL_OF[c] in allowed and (c in fw.cp_comms or
-                                                               CP_IMPL_OF[c] == fw.cp_impl)]
+    runs = runnable_comms(m, fw)
     instead = (f"give cp_comm={' or '.join(runs)}, or cp=1" if runs else
-               "give cp=1 or choose another --framework")
+               "give cp=1" + (" or choose another --framework" if _elsewhere(m) else
+                              " (no stack modelled here runs it with cp > 1)"))
     field, value = ("cp", cp) if cp_comm is None else ("cp_comm", cp_comm)
     what, source = _what(m, fw, impl)
     raise SpecError(field, value, f"{fw.name} cannot run {m.name}'s {what} with context "

@@ -38,6 +38,7 @@ JAX_XLA = FrameworkProfile(
     # (:2273-2274, :2297-2302), which is not modelled (docs/calibration.md §5.196)
     cp_window_impls=(("sliding", ()), ("chunked", ())),
     cp_sink_impls=None,   # not read: gpt-oss is refused by its windows above
+    cp_chunk_source=None,   # cp_window_source says it for both kinds
     cp_window_source=("MaxText's cudnn_flash_attention refuses windows under context "
                       "parallelism (a sliding one runs only with packing over the "
                       "load-balanced ring, not modelled)"),

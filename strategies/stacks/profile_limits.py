@@ -42,8 +42,14 @@ class StackLimits:
     #: (-1, -1): NVIDIA/TransformerEngine d0067d0 ``transformer_engine/pytorch/attention/
     #: dot_product_attention/context_parallel.py:5054-5060``, since v1.11, 40dda924a, #1160);
     #: ``strategies.stacks.cp_windows`` (docs/calibration.md §5.196)
+    #: A chunked window (Llama 4's ``attention_chunk_size``) over none: Megatron-Core
+    #: (d98e8a64d) has no chunked attention and Transformer Engine (d0067d0) no chunk mask
+    #: (its ``window_size`` is a band); NeMo's and Megatron-Bridge's ``Llama4SelfAttention``
+    #: (``llama4_utils.py``) fold the rank's chunks into the batch (``chunkify``) before TE's
+    #: attention, whose exchange then joins the CP ranks' folded chunks as one sequence
+    #: (``cp_chunk_source``; docs/cli.md, `--framework`)
     cp_window_impls: tuple[tuple[str, tuple[str, ...]], ...] = (
-        ("sliding", ("allgather", "a2a")),)
+        ("sliding", ("allgather", "a2a")), ("chunked", ()))
     #: the exchanges under which the stack runs attention sinks (``ModelSpec.attention_sinks``,
     #: gpt-oss; Megatron-Core ``softmax_type="learnable"``) with ``cp > 1``: Transformer
     #: Engine asserts ``softmax_type == "vanilla" or cp_comm_type == "a2a"``
@@ -54,6 +60,14 @@ class StackLimits:
     cp_window_source: str = ("Transformer Engine runs a sliding window under context "
                              "parallelism only with cp_comm_type a2a or all_gather "
                              "(attn_forward_func_with_cp asserts it)")
+    #: the source of ``cp_window_impls``'s chunked entry, as the refusal states it (None:
+    #: ``cp_window_source`` says it)
+    cp_chunk_source: str | None = (
+        "Megatron-Core has no chunked attention and Transformer Engine's window_size cannot "
+        "express one; NeMo's Llama4SelfAttention folds each rank's chunks into the batch "
+        "before Transformer Engine's attention, whose context-parallel exchange (any "
+        "cp_comm_type) then joins the ranks' folded chunks as one sequence, not Llama 4's "
+        "chunk mask")
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True

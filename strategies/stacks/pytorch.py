@@ -171,6 +171,7 @@ TORCHTITAN = replace(
     # for CP (models/common/decoder.py:173-181), is not modelled (docs/calibration.md §5.196)
     cp_window_impls=(("sliding", ()), ("chunked", ())),
     cp_sink_impls=(),   # nor SDPA any sink logit
+    cp_chunk_source=None,   # cp_window_source says it for both kinds
     cp_window_source=("PyTorch's ring attention runs SDPA with is_causal only, no window mask "
                       "(FlexAttention's CP is not modelled)"),
     # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
