@@ -94,6 +94,25 @@ def start_gather_exposed(gathers: Any, fill_wait: Any) -> Any:
     return np.maximum(np.asarray(gathers, dtype=float) - fill_wait, 0.0)
 
 
+def warmup_pace(taus: list, pp: Any, group: Any) -> Any:
+    """Seconds between a rank's forwards in the interleaved schedule's warm-up (arrays over
+    plans or scalars), from each kind of rank's chunk forward and send ``taus`` (first,
+    middle, last): ``max(max_r tau_r, sum_r tau_r / group)``. Every warm-up step ends in a
+    blocking exchange with both neighbours (``send_forward_recv_forward``), so the ranks go
+    at the slowest's pace; and rank 0's first micro-batch of chunk ``c + 1`` is the last
+    rank's output of chunk ``c``, ``group`` forwards later on rank 0, one forward and send
+    of every rank after it (the ring).
+
+    >>> float(warmup_pace([1.0, 2.0, 1.0], 4, 4)), float(warmup_pace([1.0, 2.0, 1.0], 8, 4))
+    (2.0, 3.5)
+    """
+    first, mid, last = (np.asarray(t, dtype=float) for t in taus)
+    pp = np.asarray(pp)
+    mid = np.where(pp > 2, mid, 0.0)
+    ring = (first + np.maximum(pp - 2, 0) * mid + last) / group
+    return np.maximum(np.maximum(np.maximum(first, mid), last), ring)
+
+
 def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
                         ranks: list, waits: list, taus: list) -> Any:
     """Seconds the overlapped parameter gathers delay a step under the interleaved
