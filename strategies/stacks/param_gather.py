@@ -24,7 +24,10 @@ later releases: ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
 pipeline_parallel_rank``, dispatched where that id is chunk ``k - 1``'s first micro-batch,
 ``chunk_dispatch_forward``); each module's pre-hook then only waits for its
 bucket. A rank's gathers are exposed where they outlast its wait before each chunk's first
-forward (``start_gather_exposed``). DualPipe's two copies are covered by neither.
+forward (``start_gather_exposed``): for chunk ``k >= 2`` the ``group + rank`` forwards from
+its dispatch to its first use, in the warm-up's lock-step (``warmup_pace``), behind the
+chunk before on the stream (``start_gathers_delay``, docs/calibration.md §5.197). DualPipe's
+two copies are covered by neither.
 """
 from __future__ import annotations
 
@@ -122,7 +125,8 @@ def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
     chunk order; chunks at ``c >= v`` ignored); ``first_exposed[i]`` at most what chunk 0's
     exposes where its forward waits layer by layer; its forward ``n`` starts ``waits[i] +
     n·taus[i]`` (its wait before its first forward, then a chunk forward and a send each)
-    plus its delay. Chunk ``c`` is dispatched at its ``chunk_dispatch_forward`` and waited
+    plus its delay (``taus``: ``warmup_pace`` on every rank). Chunk ``c`` is dispatched at
+    its ``chunk_dispatch_forward`` and waited
     for at its first forward, ``c·group``, exposing ``start_gather_exposed`` of what it
     outlasts; a rank's chunk ``c`` is also held by the rank before's (rank 0's by the last
     rank's chunk ``c - 1``). The last rank's delay at its last chunk.

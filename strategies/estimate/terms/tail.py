@@ -53,8 +53,9 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     # forward, one after another on micro-batch 0's fill path: their sum over the stages joins
     # the step, none is in a rank's tail (``stacks.param_gather``, §5.194)
     on_fill = gathers_on_fill_path(pp, P.vpp, zero, P.overlap_param_gather, mirrored) & copies
-    # interleaved: the schedule dispatches every rank's chunks 0 and 1 at its start, and a
-    # rank exposes what they outlast its wait before each chunk's first forward
+    # interleaved: the schedule dispatches every rank's chunks 0 and 1 at its start and each
+    # later chunk ``group + rank`` forwards before its first, and a rank exposes what its
+    # gathers outlast its forwards before each chunk's first (§5.197)
     on_start = gathers_at_schedule_start(pp, P.vpp, zero, P.overlap_param_gather, mirrored,
                                          P.schedule == schedule_code("interleaved")) & copies
     ag_k = [np.where(on_fill | on_start, 0.0, a) for a in gr.ag_k]
