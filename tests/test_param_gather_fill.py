@@ -26,16 +26,21 @@ SMALL = replace(model_preset("llama3-8b"), num_layers=16, seq_length=256, vocab_
 ONE_BUCKET = SystemConfig(bucket_params=1e12)
 
 
-def _job(plan: str, system=ONE_BUCKET, fw="megatron-core"):
-    return make_job(SMALL, cluster_preset("dgx-h100", 4), parse_plan(plan), framework=fw,
+def _job(plan: str, system=ONE_BUCKET, fw="megatron-core", nodes: int = 4):
+    return make_job(SMALL, cluster_preset("dgx-h100", nodes), parse_plan(plan), framework=fw,
                     system=system)
+
+
+def _t_ag_params(job, params: float) -> float:
+    """One all-gather of ``params`` parameters over dp, by hand (seconds)."""
+    c, p = stage_costs(job), job.plan
+    return float(cm.dp_collective_time("allgather", c.param_bytes, params, 0.0, p.tp, p.cp,
+                                       p.dp, 1, 1, job.cluster))
 
 
 def _t_ag(job, stage: int) -> float:
     """One stage's whole parameter all-gather over dp, by hand (seconds)."""
-    c, p = stage_costs(job), job.plan
-    return float(cm.dp_collective_time("allgather", c.param_bytes, c.params_by_stage[stage],
-                                       0.0, p.tp, p.cp, p.dp, 1, 1, job.cluster))
+    return _t_ag_params(job, stage_costs(job).params_by_stage[stage])
 
 
 def _fill(job) -> float:
@@ -168,11 +173,10 @@ def test_interleaved_one_bucket_chunks_in_closed_form():
         return make_job(model, cluster_preset("dgx-h100", 4), parse_plan(plan),
                         framework="megatron-core", system=ONE_BUCKET)
     j = job()
-    c, p = stage_costs(j), j.plan
+    c = stage_costs(j)
 
     def t_ag(params: float) -> float:
-        return float(cm.dp_collective_time("allgather", c.param_bytes, params, 0.0, p.tp,
-                                           p.cp, p.dp, 1, 1, j.cluster))
+        return _t_ag_params(j, params)
     body = 4 * c.layer_params           # 16 layers over 2 stages of 2 chunks
     want = {(0, 0): t_ag(body + c.embedding_params), (0, 1): t_ag(body),
             (1, 0): t_ag(body), (1, 1): t_ag(body + c.head_params)}
@@ -216,18 +220,10 @@ def test_interleaved_later_chunks_gather_bound_in_closed_form():
     0.1 % (−0.06 %; −2.60 % when the estimate priced chunks 0 and 1 alone)."""
     from strategies.stacks.param_gather import warmup_pace
 
-    def job(extra: str = ""):
-        plan = "tp=1,pp=2,dp=8,mbs=1,gbs=32,zero=1,schedule=interleaved,vpp=4" + extra
-        return make_job(SMALL, cluster_preset("dgx-h100", 2), parse_plan(plan),
-                        framework="megatron-core", system=ONE_BUCKET)
-    j = job()
+    j = _job("tp=1,pp=2,dp=8,mbs=1,gbs=32,zero=1,schedule=interleaved,vpp=4", nodes=2)
     c, p = stage_costs(j), j.plan
-
-    def t_ag(params: float) -> float:
-        return float(cm.dp_collective_time("allgather", c.param_bytes, params, 0.0, p.tp,
-                                           p.cp, p.dp, 1, 1, j.cluster))
     body = 2 * c.layer_params                 # 16 layers over 2 stages of 4 chunks
-    a = [t_ag(body + c.embedding_params)] + [t_ag(body)] * 3
+    a = [_t_ag_params(j, body + c.embedding_params)] + [_t_ag_params(j, body)] * 3
     t_p2p = float(cm.p2p_time(c.p2p_bytes, j.cluster, p.tp * p.dp))
     tau = 2 * c.layer_fwd + t_p2p
     pace = float(warmup_pace([tau, tau, tau], 2, 2))
