@@ -129,12 +129,15 @@ def test_estimate_agrees_with_contention_free_simulation(nic_gbps, v):
     job = _job(v, nic_gbps)
     e, s = estimate(job), simulate(job, network="contention-free")
     if nic_gbps < 50 and v > 2:
-        # §5.194 (interleaving): every chunk's first forward waits for its gather here; the
-        # estimate prices chunks 0 and 1's (dispatched at the start), not the later chunks'
-        # (dispatched g + rank forwards ahead): the simulation is slower, +5.0 % at v 8,
-        # +3.8 % at v 4 (calibration §5.194 Left (1))
-        assert s.step_time_s > e.step_time_s
-        assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.055)
+        # §5.194 (interleaving), §5.197: every chunk's first forward waits for its gather here
+        # and the estimate chains every chunk's (dispatched ``g + rank`` forwards ahead); it is
+        # above the simulation, +0.77 % at v 8 and v 4 (it paces the forwards after a wait at
+        # the warm-up's lock-step pace, where the simulated rank runs the chunk's forwards back
+        # to back: the last rank's chunk v-1 dispatch 0.8 ms late at v 4; calibration §5.197);
+        # before §5.197 it priced chunks 0 and 1 alone and was −4.8 % and −3.7 % (tolerance
+        # 5.5 %)
+        assert s.step_time_s < e.step_time_s
+        assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.008)
         return
     assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0055)
 

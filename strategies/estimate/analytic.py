@@ -157,12 +157,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (``rank_slack``), which hides as much of its own tail
     calls = DpCalls.of(sc, P, cl, profile, sms)
     win = bucket_windows(sc, P, profile, st, span, split, zero_g, m.num_nextn_predict_layers)
-    gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p,
-                     layer_forward(sc, comm, span.fwd_tp))
+    f_layer = layer_forward(sc, comm, span.fwd_tp)
+    gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p, f_layer)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
     dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,
-                                                mb, zero_g, t_p2p)
+                                                mb, zero_g, t_p2p, f_layer)
     dp_exposed = per_step_allreduces(dp_exposed, sc, P, cl, n_k)
     step = span.pipe + pp_exposed + dp_exposed + t_opt
     # a tail shorter than its optimizer (every rank's slack larger than its reduction: an

@@ -24,7 +24,10 @@ later releases: ``param_sync_virtual_microbatch_id = virtual_microbatch_id +
 pipeline_parallel_rank``, dispatched where that id is chunk ``k - 1``'s first micro-batch,
 ``chunk_dispatch_forward``); each module's pre-hook then only waits for its
 bucket. A rank's gathers are exposed where they outlast its wait before each chunk's first
-forward (``start_gather_exposed``). DualPipe's two copies are covered by neither.
+forward (``start_gather_exposed``): for chunk ``k >= 2`` the ``group + rank`` forwards from
+its dispatch to its first use, in the warm-up's lock-step (``warmup_pace``), behind the
+chunk before on the stream (``start_gathers_delay``, docs/calibration.md §5.197). DualPipe's
+two copies are covered by neither.
 """
 from __future__ import annotations
 
@@ -94,6 +97,25 @@ def start_gather_exposed(gathers: Any, fill_wait: Any) -> Any:
     return np.maximum(np.asarray(gathers, dtype=float) - fill_wait, 0.0)
 
 
+def warmup_pace(taus: list, pp: Any, group: Any) -> Any:
+    """Seconds between a rank's forwards in the interleaved schedule's warm-up (arrays over
+    plans or scalars), from each kind of rank's chunk forward and send ``taus`` (first,
+    middle, last): ``max(max_r tau_r, sum_r tau_r / group)``. Every warm-up step ends in a
+    blocking exchange with both neighbours (``send_forward_recv_forward``), so the ranks go
+    at the slowest's pace; and rank 0's first micro-batch of chunk ``c + 1`` is the last
+    rank's output of chunk ``c``, ``group`` forwards later on rank 0, one forward and send
+    of every rank after it (the ring).
+
+    >>> float(warmup_pace([1.0, 2.0, 1.0], 4, 4)), float(warmup_pace([1.0, 2.0, 1.0], 8, 4))
+    (2.0, 3.5)
+    """
+    first, mid, last = (np.asarray(t, dtype=float) for t in taus)
+    pp = np.asarray(pp)
+    mid = np.where(pp > 2, mid, 0.0)
+    ring = (first + np.maximum(pp - 2, 0) * mid + last) / group
+    return np.maximum(np.maximum(np.maximum(first, mid), last), ring)
+
+
 def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
                         ranks: list, waits: list, taus: list) -> Any:
     """Seconds the overlapped parameter gathers delay a step under the interleaved
@@ -103,7 +125,8 @@ def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
     chunk order; chunks at ``c >= v`` ignored); ``first_exposed[i]`` at most what chunk 0's
     exposes where its forward waits layer by layer; its forward ``n`` starts ``waits[i] +
     n·taus[i]`` (its wait before its first forward, then a chunk forward and a send each)
-    plus its delay. Chunk ``c`` is dispatched at its ``chunk_dispatch_forward`` and waited
+    plus its delay (``taus``: ``warmup_pace`` on every rank). Chunk ``c`` is dispatched at
+    its ``chunk_dispatch_forward`` and waited
     for at its first forward, ``c·group``, exposing ``start_gather_exposed`` of what it
     outlasts; a rank's chunk ``c`` is also held by the rank before's (rank 0's by the last
     rank's chunk ``c - 1``). The last rank's delay at its last chunk.

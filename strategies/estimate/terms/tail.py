@@ -22,19 +22,20 @@ from strategies.estimate.terms.zero2 import Zero2
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import schedule_code
 from strategies.stacks.param_gather import fill_path_stages, gathers_at_schedule_start, \
-    gathers_on_fill_path, start_gathers_delay
+    gathers_on_fill_path, start_gathers_delay, warmup_pace
 
 
 def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
               slack: tuple, gr: GradReduce, zero2: Zero2, z3: list, mb: Any,
-              zero_g: Any, t_p2p: Any) -> tuple[Any, Any, Any, Any]:
+              zero_g: Any, t_p2p: Any, f_layer: Any = 0.0) -> tuple[Any, Any, Any, Any]:
     """The step's tail of plans ``P`` after the pipeline: its data-parallel communication and
     its optimizer (the latest rank's or path's; the first on a tie: rank 0's), the layers of
     the slowest kind of rank (the breakdown's), and the parameter gathers' seconds on
     micro-batch 0's fill path (``stacks.param_gather``; in the first). ``slack``: each kind
     of rank's compute end before the pipeline's; ``gr``, ``zero2``, ``z3`` each kind's
     reductions, ZeRO-2's and ZeRO-3's seconds; ``zero_g`` the ZeRO stage the gradients run
-    with; ``t_p2p`` one micro-batch's send between stages."""
+    with; ``t_p2p`` one micro-batch's send between stages; ``f_layer`` a layer's forward with
+    its exposed communication (``layer_comm.layer_forward``)."""
     tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
     zero, ogr, cl, G = P.zero, P.overlap_grad_reduce, calls.cl, calls.cl.gpus_per_node
     gb, pr_k, pe_k = calls.gb, calls.pr_k, calls.pe_k
@@ -52,8 +53,9 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     # forward, one after another on micro-batch 0's fill path: their sum over the stages joins
     # the step, none is in a rank's tail (``stacks.param_gather``, §5.194)
     on_fill = gathers_on_fill_path(pp, P.vpp, zero, P.overlap_param_gather, mirrored) & copies
-    # interleaved: the schedule dispatches every rank's chunks 0 and 1 at its start, and a
-    # rank exposes what they outlast its wait before each chunk's first forward
+    # interleaved: the schedule dispatches every rank's chunks 0 and 1 at its start and each
+    # later chunk ``group + rank`` forwards before its first, and a rank exposes what its
+    # gathers outlast its forwards before each chunk's first (§5.197)
     on_start = gathers_at_schedule_start(pp, P.vpp, zero, P.overlap_param_gather, mirrored,
                                          P.schedule == schedule_code("interleaved")) & copies
     ag_k = [np.where(on_fill | on_start, 0.0, a) for a in gr.ag_k]
@@ -61,7 +63,8 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_fill_k[k], 0.0)
                                  for k in K), 0.0)
     if np.any(on_start):     # (the chain's work only where a plan runs it)
-        fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p), 0.0)
+        fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p, f_layer),
+                                             0.0)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
@@ -116,26 +119,26 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
 
 
 def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradReduce,
-                   t_p2p: Any) -> Any:
+                   t_p2p: Any, f_layer: Any) -> Any:
     """An interleaved pipeline's gathers as its schedule dispatches them
-    (``stacks.param_gather.gathers_at_schedule_start``, §5.194): the delay they carry to the
-    last rank (``start_gathers_delay`` over rank 0, rank 1 and the last), which holds back
-    the forwards and all after them. Kind
-    ``k`` (rank 0, 1, pp - 1) waits ``w_k`` before its first forward (rank 0: none; rank 1:
-    the first stage's chunk forward and a send; the last: every earlier stage's and
-    ``pp - 1`` sends), then runs a chunk forward and a send per forward. Chunk gathers:
-    ``t_agc_k`` (chunk 0 at most ``ag_fill0_k``). Chunks 0 and 1 only, the two the schedule
-    dispatches at its start: a later chunk's is dispatched ``group + rank`` forwards before
-    its first, and a delay there is left to the schedule's slack (carried whole, the chain
-    priced gpt3-175b's 16 chunks at 0.21 s against the simulated 0.033 s; calibration
-    §5.194 Left (1)). Seconds."""
-    pp, v, lf = P.pp, P.vpp, sc.layer_fwd
+    (``stacks.param_gather.gathers_at_schedule_start``, §5.194, §5.197): the delay they
+    carry to the last rank (``start_gathers_delay`` over rank 0, rank 1 and the last: a
+    middle rank past rank 1 holds rank 1's gathers with more forwards before each chunk's
+    first, so rank 1's wait bounds it), which holds back the forwards and all after them.
+    Kind ``k`` (rank 0, 1, pp - 1) waits ``w_k`` before its first forward (the chunk
+    forwards and sends of the stages before it, ``tau_k`` each: its layers' share of a
+    chunk of ``f_layer``, a layer's forward with its exposed communication, and a send),
+    then runs a forward every ``warmup_pace``. Chunk gathers: ``t_agc_k`` (chunk 0 at most
+    ``ag_fill0_k``), every chunk: 0 and 1 at the schedule's start, chunk ``c >= 2``
+    ``group + rank`` forwards before its first. Seconds."""
+    pp, v = P.pp, P.vpp
     group = np.where(P.microbatch_group_size > 0, P.microbatch_group_size, pp)
     n_first, n_mid, _ = st.n_k
-    before = (0.0, n_first * lf / v + t_p2p,
-              (n_first + (pp - 2) * n_mid) * lf / v + (pp - 1) * t_p2p)
-    vmax = min(int(np.max(v)), 2)        # chunks 0 and 1
-    gathers, first, ranks, waits, taus = [], [], [], [], []
+    tau = [n * f_layer / v + t_p2p for n in st.n_k]
+    pace = warmup_pace(tau, pp, group)
+    before = (0.0, tau[0], tau[0] + np.maximum(pp - 2, 0) * tau[1])
+    vmax = int(np.max(v))
+    gathers, first, ranks, waits = [], [], [], []
     for k in range(3):
         # (pp 2: no middle rank; one with no gathers passes the delays on unchanged)
         t0, tb, tl = (np.where(pp > 2, t, 0.0) for t in gr.t_agc_k[k]) if k == 1 \
@@ -144,8 +147,7 @@ def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradR
         first.append(gr.ag_fill0_k[k])
         ranks.append((0, 1, pp - 1)[k])
         waits.append(before[k])
-        taus.append(st.n_k[k] * lf / v + t_p2p)
-    return start_gathers_delay(gathers, first, v, group, ranks, waits, taus)
+    return start_gathers_delay(gathers, first, v, group, ranks, waits, [pace] * 3)
 
 
 def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl: Any,
