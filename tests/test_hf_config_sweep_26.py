@@ -133,3 +133,26 @@ def test_mistral_window_and_kv_heads_must_be_written():
     assert e.value.field == "num_key_value_heads"
     m = model_from_hf(dict(no_kv, sliding_window=None, num_key_value_heads=None))
     assert isinstance(m, ModelSpec) and m.kv_heads == 32     # null: every head, as transformers
+
+
+def test_megatron_export_says_what_it_cannot_write():
+    """``--export megatron`` writes plain RoPE and an unclamped SwiGLU: a model with a YaRN
+    attention factor or a clamp gets a note naming each (it had none; the launch ran another
+    model than the one priced)."""
+    from strategies.job import make_job
+    from strategies.launch import export
+    from strategies.plan import parse_plan
+    from topologies.cluster import cluster_preset
+    cfg = dict(_cfg("qwen3_8b.json"), rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    for m, want in ((model_from_hf(cfg), ["YaRN RoPE (attention factor 1.1386"]),
+                    (model_from_hf(_cfg("gpt_oss_120b.json")),
+                     ["YaRN RoPE (attention factor 1.3466", "clamped SwiGLU (inputs within +-7"]),
+                    (model_from_hf(_cfg("qwen3_8b.json")), [])):
+        job = make_job(m, cluster_preset("dgx-h100", 1), parse_plan("tp=1,ep=1,gbs=8"),
+                       framework="megatron-core")
+        text, notes = export("megatron", job)
+        assert "--position-embedding-type rope" in text
+        for w in want:
+            assert sum(w in n for n in notes) == 1, (w, notes)
+        if not want:
+            assert not any("YaRN" in n or "clamped" in n for n in notes)
