@@ -156,3 +156,14 @@ def test_megatron_export_says_what_it_cannot_write():
             assert sum(w in n for n in notes) == 1, (w, notes)
         if not want:
             assert not any("YaRN" in n or "clamped" in n for n in notes)
+
+
+def test_llama4_rope_kinds():
+    """Llama 4's llama3 scaling reads as 1; a YaRN one (not modelled on its NoPE layout) is
+    refused by name rather than dropped."""
+    cfg = _cfg("llama4_scout.json")
+    assert model_from_hf(cfg).rope_attention_factor == 1.0
+    text = dict(cfg["text_config"], rope_scaling={"rope_type": "yarn", "factor": 8.0})
+    with pytest.raises(SpecError) as e:
+        model_from_hf(dict(cfg, text_config=text))
+    assert e.value.field == "rope_scaling.rope_type" and "Llama 4" in e.value.rule
