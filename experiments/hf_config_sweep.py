@@ -8,7 +8,9 @@ and the same models as transformers 5 writes them back (``rope_parameters`` for
 that no cost reads (``quantization_config``, ``rope_scaling`` variants). For each config:
 
 - ``estimate --json`` under no stack and each ``--framework`` on one sensible plan
-  (``experiments.preset_matrix.sensible_plan``), twice under no stack (same bytes);
+  (``experiments.preset_matrix.sensible_plan``), twice under no stack (same bytes), and once
+  more on the ``inputs.model`` it resolved, written back as a model file (the same step
+  time and memory);
 - ``inputs.model.params_total`` / ``params_active`` against the model card's figures
   (``CARDS``, each cited);
 - ``estimate --export`` for each stack's own export kind;
@@ -215,6 +217,21 @@ def model_problems(d: dict[str, Any]) -> list[str]:
             if not isinstance(m.get(k), int)]
 
 
+def readback(c: Call, folder: Path) -> Call:
+    """``estimate`` of the model the report resolved (``inputs.model`` as a model file,
+    docs/cli.md): the same step time and memory."""
+    path = folder / "resolved.json"
+    path.write_text(json.dumps(c.data["inputs"]["model"]))
+    argv = list(c.argv)
+    argv[argv.index("--model") + 1] = str(path)
+    r = call(argv)
+    check_exit(r)
+    if r.data is not None and (r.data["step_time_s"], r.data["memory"]) != \
+            (c.data["step_time_s"], c.data["memory"]):
+        r.problems.append(f"read back: step {r.data['step_time_s']} vs {c.data['step_time_s']}")
+    return r
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default=None, help="comma-separated config names (default all)")
@@ -257,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 if c.data is not None:
                     got, probs = card_problems(name, c.data)
                     cards.append((name, got, probs))
+                    rows.append((name, "estimate of inputs.model", readback(c, tmp / name)))
                 loaded[name] = (cname, plan, base)
             if stack in EXPORTS:
                 e = call(["estimate", *base, "--export", EXPORTS[stack], "--json"])
