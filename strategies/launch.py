@@ -132,6 +132,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     if m.attention_sinks:
         notes.append("attention sinks (gpt-oss) have no Megatron-LM flag: the model code "
                      "must add them")
+    if m.rope_attention_factor != 1.0:
+        notes.append(f"YaRN RoPE (attention factor {m.rope_attention_factor:.4f} on cos and "
+                     "sin) has no flag here: --position-embedding-type rope is plain RoPE; "
+                     "the model's provider must build Megatron-Core's YaRN embedding")
+    if m.activation_clamp is not None:
+        notes.append(f"the clamped SwiGLU (inputs within +-{m.activation_clamp:g}, gpt-oss "
+                     "swiglu_limit) has no flag here: the model's provider must set it")
     script = "pretrain_hybrid.py" if m.is_hybrid else "pretrain_gpt.py"
     head = f"torchrun --nproc_per_node {cl.gpus_per_host} --nnodes {cl.num_hosts} {script}"
     return " \\\n    ".join([head] + a), notes

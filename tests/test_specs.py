@@ -26,7 +26,8 @@ HF_CONFIGS = {
                         tie_word_embeddings=False), 6_738_415_616),
     "mistral-7b": (dict(model_type="mistral", num_hidden_layers=32, hidden_size=4096,
                         num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
-                        vocab_size=32000, max_position_embeddings=32768), 7_241_732_096),
+                        vocab_size=32000, max_position_embeddings=32768,
+                        sliding_window=None), 7_241_732_096),   # v0.3: no window
     "mixtral-8x7b": (dict(model_type="mixtral", num_hidden_layers=32, hidden_size=4096,
                           num_attention_heads=32, num_key_value_heads=8,
                           intermediate_size=14336, vocab_size=32000,

@@ -1,11 +1,12 @@
 """The fields the Llama-derived model types share (layers, widths, heads, GQA, ``head_dim``,
-tied embedding, dropout, biases) and their ``layer_types`` windows."""
+tied embedding, dropout, biases), their ``layer_types`` windows and their RoPE scaling."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.hf_config.reading import get_bool, get_int
+from strategies.hf_config.reading import get_bool, get_int, open_number
+from strategies.model import yarn_attention_factor
 
 #: The keys ``common_fields`` (with ``intermediate_size`` and the biases) reads.
 READ_COMMON = {"model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -81,3 +82,48 @@ def attention_bias(cfg: Mapping[str, Any], mt: str) -> bool:
         raise SpecError("attention_bias", a, f"with mlp_bias={m}: biases on attention alone "
                         f"(or on the MLP alone) are not modelled for model_type={mt}")
     return a
+
+
+#: The RoPE scalings that leave cos and sin unscaled (transformers ``modeling_rope_utils``:
+#: default, linear, dynamic NTK and llama3 return an attention factor of 1); ``yarn`` scales
+#: them (``yarn_attention_factor``).
+UNSCALED_ROPE = ("default", "linear", "dynamic", "llama3")
+#: The keys of the RoPE scaling: transformers 4 ``rope_scaling``, transformers 5
+#: ``rope_parameters`` (the same mapping with ``rope_theta`` folded in).
+ROPE_KEYS = ("rope_scaling", "rope_parameters")
+
+
+def rope_attention(cfg: Mapping[str, Any], mt: str, yarn_only: bool = False) -> dict[str, Any]:
+    """``rope_attention_factor`` of the config's RoPE scaling (``rope_scaling`` or
+    ``rope_parameters``; both given must agree): YaRN's ``attention_factor``, else
+    ``yarn_attention_factor`` of its ``factor``, ``mscale`` and ``mscale_all_dim``; nothing
+    (1) for an unscaled kind or none. ``yarn_only``: any other kind is refused (gpt-oss)."""
+    given = [(k, cfg[k]) for k in ROPE_KEYS if cfg.get(k) is not None]
+    if not given:
+        return {}
+    for k, v in given:
+        if not isinstance(v, Mapping):
+            raise SpecError(k, type(v).__name__, "must hold a JSON object or null")
+    out = [_rope_factor(k, v, mt, yarn_only) for k, v in given]
+    if len(out) == 2 and out[0] != out[1]:
+        raise SpecError("rope_parameters", dict(given[1][1]), f"disagrees with rope_scaling="
+                        f"{dict(given[0][1])} (their attention factors {out[0]} and {out[1]})")
+    return {} if out[0] == 1.0 else {"rope_attention_factor": out[0]}
+
+
+def _rope_factor(key: str, rs: Mapping[str, Any], mt: str, yarn_only: bool) -> float:
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind != "yarn":
+        if yarn_only:
+            raise SpecError(f"{key}.rope_type", kind, f"must be 'yarn' for model_type={mt}")
+        if kind not in UNSCALED_ROPE:
+            raise SpecError(f"{key}.rope_type", kind, f"must be one of yarn, "
+                            f"{', '.join(UNSCALED_ROPE)} for model_type={mt} (another "
+                            "scaling's factor on cos and sin is not modelled)")
+        return 1.0
+    if rs.get("attention_factor") is not None:
+        return open_number(f"{key}.attention_factor", rs["attention_factor"], 0.0, 1e3)
+    factor = open_number(f"{key}.factor", rs.get("factor", 1.0), 0.0, 1e6)
+    ms = [None if rs.get(k) is None else open_number(f"{key}.{k}", rs[k], -1e3, 1e3)
+          for k in ("mscale", "mscale_all_dim")]
+    return yarn_attention_factor(factor, *ms)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.hf_config.common import READ_COMMON, common_fields, windows
+from strategies.hf_config.common import (READ_COMMON, ROPE_KEYS, common_fields,
+                                         rope_attention, windows)
 from strategies.hf_config.reading import get_int, open_number, refuse_unread
-from strategies.model import yarn_attention_factor
 from topologies.limits import check_bool
 
 
@@ -15,7 +15,7 @@ def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     """gpt-oss: GQA with biases and attention sinks, alternating sliding/full layers, experts
     with biases and a router with a bias."""
     read = READ_COMMON | {"num_local_experts", "num_experts_per_tok", "experts_per_token",
-                          "sliding_window", "layer_types", "swiglu_limit", "rope_scaling"}
+                          "sliding_window", "layer_types", "swiglu_limit", *ROPE_KEYS}
     args = common_fields(cfg)
     args.update(_gpt_oss_variants(cfg))
     # its attention has biases (transformers GptOssConfig: attention_bias True, 02b8f42b):
@@ -42,26 +42,10 @@ def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
 
 def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """gpt-oss's clamped activation (``swiglu_limit``: ``activation_clamp``) and YaRN RoPE
-    (``rope_scaling`` of ``rope_type`` yarn: ``rope_attention_factor``, its
-    ``attention_factor`` or ``model.yarn_attention_factor`` of its ``factor``, ``mscale``
-    and ``mscale_all_dim``); absent: neither."""
+    (``rope_scaling``, or transformers 5's ``rope_parameters``, of ``rope_type`` yarn:
+    ``common.rope_attention``); absent: neither."""
     out: dict[str, Any] = {}
     if cfg.get("swiglu_limit") is not None:
         out["activation_clamp"] = open_number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
-    rs = cfg.get("rope_scaling")
-    if rs is None:
-        return out
-    if not isinstance(rs, Mapping):
-        raise SpecError("rope_scaling", type(rs).__name__, "must hold a JSON object or null")
-    kind = rs.get("rope_type", rs.get("type"))
-    if kind != "yarn":
-        raise SpecError("rope_scaling.rope_type", kind, "must be 'yarn' for model_type=gpt_oss")
-    if rs.get("attention_factor") is not None:
-        out["rope_attention_factor"] = open_number("rope_scaling.attention_factor",
-                                               rs["attention_factor"], 0.0, 1e3)
-        return out
-    factor = open_number("rope_scaling.factor", rs.get("factor", 1.0), 0.0, 1e6)
-    ms = [None if rs.get(k) is None else open_number(f"rope_scaling.{k}", rs[k], -1e3, 1e3)
-          for k in ("mscale", "mscale_all_dim")]
-    out["rope_attention_factor"] = yarn_attention_factor(factor, *ms)
+    out.update(rope_attention(cfg, "gpt_oss", yarn_only=True))
     return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.hf_config.common import READ_COMMON, attention_bias, common_fields, windows
+from strategies.hf_config.common import (READ_COMMON, ROPE_KEYS, attention_bias, common_fields,
+                                         rope_attention, windows)
 from strategies.hf_config.reading import get_int, refuse_unread
 
 
@@ -15,9 +16,14 @@ def read_llama4(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     chunked local attention on all layers but every ``no_rope_layer_interval``-th."""
     read = READ_COMMON | {"num_local_experts", "num_experts_per_tok", "intermediate_size_mlp",
                           "interleave_moe_layer_step", "moe_layers", "attention_chunk_size",
-                          "no_rope_layers", "no_rope_layer_interval", "layer_types"}
+                          "no_rope_layers", "no_rope_layer_interval", "layer_types", *ROPE_KEYS}
     args = common_fields(cfg)
     args["bias"] = attention_bias(cfg, mt)
+    if rope_attention(cfg, mt):     # Llama 4's own: llama3 (1); YaRN would scale cos and sin
+        key = next(k for k in ROPE_KEYS if cfg.get(k) is not None)
+        raise SpecError(f"{key}.rope_type", "yarn", "a YaRN attention factor on Llama 4's "
+                        "RoPE layers (every 4th has none) is not modelled: llama3, default, "
+                        "linear or dynamic")
     L = args["num_layers"]
     step = get_int(cfg, "interleave_moe_layer_step", 1)
     moe_layers = cfg.get("moe_layers")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.hf_config.common import READ_COMMON, attention_bias, common_fields, windows
+from strategies.hf_config.common import (READ_COMMON, ROPE_KEYS, attention_bias, common_fields,
+                                         rope_attention, windows)
 from strategies.hf_config.reading import get_bool, get_int, refuse_unread
 
 
@@ -18,13 +19,28 @@ def _moe_freq(cfg: Mapping[str, Any], key: str) -> int:
     return freq
 
 
+def _qkv_bias(cfg: Mapping[str, Any], mt: str) -> bool:
+    """Qwen2's bias on q, k and v alone: always on ``qwen2``/``qwen2_moe`` unless the config
+    says ``qkv_bias: false`` (transformers 5's ``Qwen2MoeConfig`` writes the key, default
+    true); another type with ``qkv_bias`` true is refused."""
+    if cfg.get("qkv_bias") is None:
+        return mt in ("qwen2", "qwen2_moe")
+    v = get_bool(cfg, "qkv_bias")
+    if v and mt not in ("qwen2", "qwen2_moe"):
+        raise SpecError("qkv_bias", True, f"a bias on q, k and v alone is modelled for "
+                        f"model_type qwen2 and qwen2_moe, not {mt}")
+    return v
+
+
 def read_llama_like(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     """llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe."""
     read = set(READ_COMMON)
     args = common_fields(cfg)
     args["ffn_hidden_size"] = get_int(cfg, "intermediate_size")
     args["bias"] = attention_bias(cfg, mt)
-    args["qkv_bias"] = mt in ("qwen2", "qwen2_moe")
+    args["qkv_bias"] = _qkv_bias(cfg, mt)
+    read |= {"qkv_bias", *ROPE_KEYS}
+    args.update(rope_attention(cfg, mt))
     args["qk_norm"] = mt in ("qwen3", "qwen3_moe")
     if mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         read |= {"use_sliding_window", "sliding_window"}

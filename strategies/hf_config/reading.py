@@ -104,6 +104,14 @@ _ABSENT_DIFFERS: dict[str, dict[str, tuple[Any, bool]]] = {
     "deepseek_v3": {"n_shared_experts": (1, False), "first_k_dense_replace": (3, False),
                     "q_lora_rank": (1536, True)},
     "qwen3_moe": {"num_key_value_heads": (4, False)},
+    # transformers 008e5743: MistralConfig kv 8, window 4096; MixtralConfig kv 8, 8 experts
+    # (absent here: every head, no window, a dense model); Qwen3Config kv 32, head_dim 128;
+    # Qwen2MoeConfig kv 16, a shared expert of 5632
+    "mistral": {"num_key_value_heads": (8, True), "sliding_window": (4096, True)},
+    "mixtral": {"num_key_value_heads": (8, True), "num_local_experts": (8, False)},
+    "qwen3": {"num_key_value_heads": (32, True), "head_dim": (128, False)},
+    "qwen2_moe": {"num_key_value_heads": (16, True),
+                  "shared_expert_intermediate_size": (5632, False)},
     "gpt_oss": {"head_dim": (64, True), "num_key_value_heads": (8, True),
                 "layer_types": ("sliding/full alternating", False)},
     "llama4_text": {"intermediate_size_mlp": (16384, False), "num_key_value_heads": (8, True),
