@@ -37,6 +37,8 @@ OUT = "strategies/reference/data/heldout_2026c.json"
 INPUTS = "strategies/reference/sources/heldout_2026c_inputs.json"
 PATH = "docs/performance-summary-archive.md"
 CONTAINER = "26.02"
+#: the rows whose model configs (HF config.json) these rows take, by model name
+MODEL_ROWS = "strategies/reference/data/megatron_bridge_2604.json"
 #: NeMo Framework 26.02's Megatron-Bridge (docs/releases/software-versions.md at the commit)
 TAG = "v0.3.0"
 MODELS = {"LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
@@ -71,8 +73,8 @@ def parse(name: str, cells: list[str]) -> dict[str, Any]:
     n, gbs, mbs, seq, fsdp, tp, pp, cp = map(int, (n, gbs, mbs, seq, fsdp, tp, pp, cp))
     ep = 1 if ep == "n/a" else int(ep)
     vp = None if vp == "n/a" else int(vp)
-    return dict(name=name, key=MODELS[name], sysn=sysn, n=n, prec=prec, gbs=gbs, mbs=mbs,
-                seq=seq, fsdp=fsdp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, tok=int(tok),
+    return dict(cells=cells, name=name, key=MODELS[name], sysn=sysn, n=n, prec=prec, gbs=gbs,
+                mbs=mbs, seq=seq, fsdp=fsdp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, tok=int(tok),
                 tfl=int(re.match(r"\d+", tfl).group()),
                 layout=(n, tp, pp, cp, vp or 1, ep, mbs, gbs))
 
@@ -161,55 +163,53 @@ def switches(configs: dict, b: dict) -> tuple[dict, str]:
 
 def transcribe(src: dict[str, Any]) -> list[dict]:
     """The rows of ``OUT`` from ``read_sources``' object."""
-    models = {r["model"]["name"]: r["model"]
-              for r in json.load(open(os.path.join(ROOT, "strategies/reference/data/"
-                                                   "megatron_bridge_2604.json")))}
+    with open(os.path.join(ROOT, MODEL_ROWS), encoding="utf-8") as f:
+        models = {r["model"]["name"]: r["model"] for r in json.load(f)}
     out = []
-    for name, rows in src["tables"].items():
-        for cells in rows:
-            b = parse(name, cells)
-            gpu, inter = SYSTEMS[b["sysn"]]
-            n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs",
-                                                           "gbs"))
-            dp = n // (tp * pp * cp)
-            sw, sw_note = switches(src["configs"], b)
-            rid = (f"mbridge2602_{b['key'].replace('.', '').replace('-', '')}_"
-                   f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
-            moe = ep > 1
-            out.append({
-                "id": rid, "kind": "measured", "tier": 2,
-                "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
-                           "table": f"{src['path']} ({CONTAINER} NeMo container), commit "
-                                    f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
-                                    f"GPUs {b['prec']} GBS {gbs}",
-                           "row": "| " + " | ".join(cells) + " |"},
-                "stack": f"Megatron-Bridge {TAG} / Megatron Core (NeMo Framework 26.02 "
-                         "container: Megatron Core main:0.16.0, Transformer Engine 2.12)",
-                "model": {**models[b["key"]], "seq_len": b["seq"]},
-                "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
-                             "interconnect": inter},
-                "plan": {**({"moe_balance": "forced"} if moe and src["force_balanced"]
-                            else {}),
-                         "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
-                         "global_batch": gbs,
-                         "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
-                         "virtual_stages": b["vp"] or 1, "recompute": None,
-                         "sequence_parallel": None,
-                         "zero_stage": 3 if b["fsdp"] else None,
-                         "grad_accum": gbs // (mbs * dp), **sw},
-                "precision": ("fp8 (current scaling: the FP8_CS config)"
-                              if b["prec"] == "FP8" and sw else BRIDGE_PREC[b["prec"]]),
-                "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
-                "derived": {"step_time_s": round(gbs * b["seq"] / (b["tok"] * n), 4),
-                            "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
-                "notes": ("NVIDIA force-balances tokens among experts in these benchmarks "
-                          "(dropless; the table's footnote). " if moe else "Dense model. ")
-                + (f"FSDP (Megatron FSDP) over {b['fsdp']} GPUs (the table's column): "
-                   "zero_stage 3. " if b["fsdp"] else
-                   "The table's sharded-data-parallel column is 0: none stated "
-                   "(zero_stage left to the stack's default). ")
-                + "Model config as the same model's rows of megatron_bridge_2604.json. "
-                + sw_note})
+    for b in (parse(name, cells) for name, rows in src["tables"].items() for cells in rows):
+        cells, name = b["cells"], b["name"]
+        gpu, inter = SYSTEMS[b["sysn"]]
+        n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs",
+                                                       "gbs"))
+        dp = n // (tp * pp * cp)
+        sw, sw_note = switches(src["configs"], b)
+        rid = (f"mbridge2602_{b['key'].replace('.', '').replace('-', '')}_"
+               f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
+        moe = ep > 1
+        out.append({
+            "id": rid, "kind": "measured", "tier": 2,
+            "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
+                       "table": f"{src['path']} ({CONTAINER} NeMo container), commit "
+                                f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
+                                f"GPUs {b['prec']} GBS {gbs}",
+                       "row": "| " + " | ".join(cells) + " |"},
+            "stack": f"Megatron-Bridge {TAG} / Megatron Core (NeMo Framework 26.02 "
+                     "container: Megatron Core main:0.16.0, Transformer Engine 2.12)",
+            "model": {**models[b["key"]], "seq_len": b["seq"]},
+            "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
+                         "interconnect": inter},
+            "plan": {**({"moe_balance": "forced"} if moe and src["force_balanced"]
+                        else {}),
+                     "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
+                     "global_batch": gbs,
+                     "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
+                     "virtual_stages": b["vp"] or 1, "recompute": None,
+                     "sequence_parallel": None,
+                     "zero_stage": 3 if b["fsdp"] else None,
+                     "grad_accum": gbs // (mbs * dp), **sw},
+            "precision": ("fp8 (current scaling: the FP8_CS config)"
+                          if b["prec"] == "FP8" and sw else BRIDGE_PREC[b["prec"]]),
+            "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
+            "derived": {"step_time_s": round(gbs * b["seq"] / (b["tok"] * n), 4),
+                        "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
+            "notes": ("NVIDIA force-balances tokens among experts in these benchmarks "
+                      "(dropless; the table's footnote). " if moe else "Dense model. ")
+            + (f"FSDP (Megatron FSDP) over {b['fsdp']} GPUs (the table's column): "
+               "zero_stage 3. " if b["fsdp"] else
+               "The table's sharded-data-parallel column is 0: none stated "
+               "(zero_stage left to the stack's default). ")
+            + "Model config as the same model's rows of megatron_bridge_2604.json. "
+            + sw_note})
     assert len({r["id"] for r in out}) == len(out)
     return out
 
@@ -227,19 +227,14 @@ def main() -> None:
         ap.error("--save-inputs needs --sources")
     if args.sources:
         src = read_sources(args.sources)
-        if args.save_inputs:
-            with open(args.save_inputs, "w") as f:
-                f.write(dump(src))
     else:
         with open(os.path.join(ROOT, INPUTS)) as f:
             src = json.load(f)
-    rows = transcribe(src)
-    with open(args.out, "w") as f:
-        f.write(dump(rows))
-    for r in rows:
-        print(r["id"], r["derived"]["step_time_s"])
-    print(len(rows), "rows ->", args.out)
-
+    for path, obj in ((args.save_inputs, src), (args.out, transcribe(src))):
+        if path:
+            with open(path, "w") as f:
+                f.write(dump(obj))
+    print(len(json.load(open(args.out))), "rows ->", args.out)
 
 if __name__ == "__main__":
     main()

@@ -21,9 +21,13 @@ BY_ID = {r["id"]: r for r in ROWS}
 MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
 
 
+with open(os.path.join(ROOT, tr.INPUTS), encoding="utf-8") as _f:
+    INPUTS = json.load(_f)
+
+
 def _inputs() -> dict:
-    with open(os.path.join(ROOT, tr.INPUTS), encoding="utf-8") as f:
-        return json.load(f)
+    """A copy of the kept inputs (a test may change it)."""
+    return copy.deepcopy(INPUTS)
 
 
 def test_the_transcriber_writes_the_data_file() -> None:
@@ -101,7 +105,7 @@ def test_moe_rows_run_their_v030_config_and_llama_rows_the_defaults() -> None:
 def test_a_layout_no_config_has_keeps_the_defaults() -> None:
     """Change a row's micro-batch in the inputs: no v0.3.0 config fits, so no switch is
     stated."""
-    src = copy.deepcopy(_inputs())
+    src = _inputs()
     cells = src["tables"]["Qwen3_30B_a3B"][0]
     cells[4] = str(int(cells[4]) * 2)
     row = next(r for r in tr.transcribe(src)
