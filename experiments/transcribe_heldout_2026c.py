@@ -1,0 +1,240 @@
+#!/usr/bin/env python
+"""Transcribe the held-out reference file ``strategies/reference/data/heldout_2026c.json``
+(calibration §5.199): NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary-archive.md``,
+the "26.02 NeMo Container" pre-training tables (Megatron-Bridge v0.3.0, the version
+``docs/releases/software-versions.md`` names for NeMo Framework 26.02), every row of the six
+models paraplan expresses (Llama 3 70B, Llama 3.1 405B, DeepSeek-V3, GPT-OSS 120B,
+Qwen3-30B-A3B, Qwen3-235B-A22B) on GB300, GB200, B300, B200 and H100. No other reference file
+holds a row of that container.
+
+    python experiments/transcribe_heldout_2026c.py [--out FILE]
+    python experiments/transcribe_heldout_2026c.py --sources /path/to/Megatron-Bridge \
+        [--save-inputs FILE] [--out FILE]
+
+As ``transcribe_heldout_2026b.py``: ``read_sources`` reads the table's cells, the commit and
+the fields of the v0.3.0 performance configs that fit a row (model, system, precision, GPUs,
+tp, pp, cp, vpp, ep, micro-batch, batch) into one JSON object, kept as ``INPUTS``;
+``transcribe`` turns it into the rows (without ``--sources`` it reads ``INPUTS``, no clone
+needed; ``tests/test_heldout_2026c.py``: its output is the data file, byte for byte). Every
+row's step is gbs x seq / (tokens/s/GPU x GPUs)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from experiments.transcribe_heldout_2026b import (BRIDGE_DTYPE, BRIDGE_NAMES,  # noqa: E402
+                                                  BRIDGE_PREC, BRIDGE_SYS, dump)
+
+OUT = "strategies/reference/data/heldout_2026c.json"
+INPUTS = "strategies/reference/sources/heldout_2026c_inputs.json"
+PATH = "docs/performance-summary-archive.md"
+CONTAINER = "26.02"
+#: the rows whose model configs (HF config.json) these rows take, by model name
+MODEL_ROWS = "strategies/reference/data/megatron_bridge_2604.json"
+#: NeMo Framework 26.02's Megatron-Bridge (docs/releases/software-versions.md at the commit)
+TAG = "v0.3.0"
+MODELS = {"LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
+          "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b",
+          "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
+SYSTEMS = {**BRIDGE_SYS, "DGX-B200": ("B200", "DGX B200 (8 GPUs per node, NVLink5), "
+                                              "scale-out not stated")}
+CONFIG_FILES = ("deepseek/deepseek_workload_base_configs.py",
+                "gpt_oss/gpt_oss_workload_base_configs.py",
+                "qwen/qwen3_workload_base_configs.py")
+FIELDS = ("file", "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+          "context_parallel_size", "virtual_pipeline_model_parallel_size",
+          "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size",
+          "global_batch_size", "moe_flex_dispatcher_backend", "moe_a2a_overlap", "cuda_graph_impl",
+          "cuda_graph_scope", "recompute_modules", "pp_layout")
+#: DeepSeek-V3's layout where its config names none: v0.3.0
+#: src/megatron/bridge/recipes/deepseek/deepseek_v3.py L49-57 ``layout_map`` (embedding +
+#: 4 decoders, 14 x 4 decoders, 1 decoder + mtp + loss for 16 chunks), in Megatron's grammar
+DSV3_16 = "Et*4|(t*4|)*14tmL"
+DSV3_MAP = {(16, 1): DSV3_16, (8, 2): DSV3_16, (4, 4): DSV3_16}
+FORCED = "we force-balance the token distribution among experts"
+
+
+def _git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def parse(name: str, cells: list[str]) -> dict[str, Any]:
+    """One 14-cell row of a 26.02 table (with its FSDP column), parsed."""
+    sysn, n, prec, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ep, tok, tfl = cells
+    n, gbs, mbs, seq, fsdp, tp, pp, cp = map(int, (n, gbs, mbs, seq, fsdp, tp, pp, cp))
+    ep = 1 if ep == "n/a" else int(ep)
+    vp = None if vp == "n/a" else int(vp)
+    return dict(cells=cells, name=name, key=MODELS[name], sysn=sysn, n=n, prec=prec, gbs=gbs,
+                mbs=mbs, seq=seq, fsdp=fsdp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, tok=int(tok),
+                tfl=int(re.match(r"\d+", tfl).group()),
+                layout=(n, tp, pp, cp, vp or 1, ep, mbs, gbs))
+
+
+def fitting(configs: dict, b: dict) -> str | None:
+    """The v0.3.0 config whose model, system, precision and layout are the row's (V2 before
+    V1 before any other variant), or None."""
+    if b["key"] not in BRIDGE_NAMES or b["prec"] not in BRIDGE_DTYPE:
+        return None
+    head = (f"{BRIDGE_NAMES[b['key']]}_PRETRAIN_CONFIG_{b['sysn'].split('-')[1]}_"
+            f"{BRIDGE_DTYPE[b['prec']]}_")
+    fit = []
+    for name, c in configs.items():
+        mine = (c["num_gpus"], c["tensor_model_parallel_size"],
+                c["pipeline_model_parallel_size"], c["context_parallel_size"],
+                c["virtual_pipeline_model_parallel_size"] or 1,
+                c["expert_model_parallel_size"], c["micro_batch_size"], c["global_batch_size"])
+        if name.startswith(head) and mine == b["layout"]:
+            fit.append((0 if name.endswith("_V2") else 1 if name.endswith("_V1") else 2, name))
+    return min(fit)[1] if fit else None
+
+
+def read_sources(repo: str) -> dict[str, Any]:
+    """The 26.02 tables' rows of ``MODELS`` (HEAD of a Megatron-Bridge clone), the commit,
+    whether the page force-balances MoE tokens, and the fitting v0.3.0 configs' ``FIELDS``."""
+    from experiments.bridge_recipe_trace import workload_configs
+    txt = _git(repo, "show", f"HEAD:{PATH}")
+    sec = txt.split(f"## {CONTAINER} NeMo Container")[1].split("\n## ")[0]
+    tables: dict[str, list[list[str]]] = {}
+    for block in sec.split("#### Model: ")[1:]:
+        name = block.split("\n")[0].strip()
+        if name in MODELS:
+            tables[name] = [[c.strip() for c in ln.strip().strip("|").split("|")]
+                            for ln in block.splitlines() if ln.startswith("| DGX")]
+    configs = workload_configs(repo, TAG, CONFIG_FILES)
+    used = {}
+    for name, rows in tables.items():
+        for cells in rows:
+            fit = fitting(configs, parse(name, cells))
+            if fit is not None:
+                used[fit] = {k: configs[fit].get(k) for k in FIELDS}
+    return {"path": PATH, "commit": _git(repo, "rev-parse", "HEAD").strip()[:12],
+            "tag": TAG, "force_balanced": FORCED in txt, "tables": tables,
+            "configs": dict(sorted(used.items()))}
+
+
+def switches(configs: dict, b: dict) -> tuple[dict, str]:
+    """The MoE plan fields of the config that fits a row, and the note naming it (or the
+    defaults' note)."""
+    name = fitting(configs, b)
+    if name is None:
+        return {}, ("No Megatron-Bridge v0.3.0 performance config has this row's layout (or "
+                    "the model has none: Llama): recompute, overlaps and CUDA graphs are the "
+                    "stack's defaults.")
+    c = configs[name]
+    out: dict[str, Any] = {
+        "moe_dispatcher": c["moe_flex_dispatcher_backend"] or "alltoall",
+        "ep_overlap": bool(c["moe_a2a_overlap"]),
+        "cuda_graph": c["cuda_graph_impl"] == "full_iteration"}
+    if c["expert_tensor_parallel_size"] is not None:
+        out["etp"] = c["expert_tensor_parallel_size"]
+    if c["recompute_modules"] == []:
+        out["recompute"] = "none"
+    elif c["recompute_modules"]:
+        out["recompute"] = "selective"
+        out["recompute_modules"] = "+".join(c["recompute_modules"])
+    where = "the config's"
+    if c["pp_layout"]:
+        out["pp_layout"] = c["pp_layout"]
+    elif b["key"] == "deepseek-v3" and (b["pp"], b["vp"] or 1) in DSV3_MAP:
+        out["pp_layout"] = DSV3_MAP[(b["pp"], b["vp"] or 1)]
+        where = ("set_deepseek_v3_pipeline_model_parallel_layout's layout_map (v0.3.0 "
+                 "src/megatron/bridge/recipes/deepseek/deepseek_v3.py L49-57)")
+    note = (f"MoE switches (moe_dispatcher, ep_overlap, cuda_graph, etp, recompute, "
+            f"recompute_modules, pp_layout) from the config whose layout is the row's: "
+            f"NVIDIA-NeMo/Megatron-Bridge@{TAG} scripts/performance/configs/{c['file']} {name} "
+            f"(the Megatron-Bridge of NeMo 26.02; V2 before V1), read by importing the file at "
+            f"the tag; the config's cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope="
+            f"{c['cuda_graph_scope']} (only 'full_iteration' is the plan's cuda_graph; "
+            f"Transformer Engine's per-layer graphs are not modelled).")
+    if "pp_layout" in out:
+        note += (f" pp_layout {out['pp_layout']}: {where} Megatron layout (61 layers, the MTP "
+                 "layer m and the loss L), which the reader runs as stated.")
+    return out, note
+
+
+def transcribe(src: dict[str, Any]) -> list[dict]:
+    """The rows of ``OUT`` from ``read_sources``' object."""
+    with open(os.path.join(ROOT, MODEL_ROWS), encoding="utf-8") as f:
+        models = {r["model"]["name"]: r["model"] for r in json.load(f)}
+    out = []
+    for b in (parse(name, cells) for name, rows in src["tables"].items() for cells in rows):
+        cells, name = b["cells"], b["name"]
+        gpu, inter = SYSTEMS[b["sysn"]]
+        n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs",
+                                                       "gbs"))
+        dp = n // (tp * pp * cp)
+        sw, sw_note = switches(src["configs"], b)
+        rid = (f"mbridge2602_{b['key'].replace('.', '').replace('-', '')}_"
+               f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
+        moe = ep > 1
+        out.append({
+            "id": rid, "kind": "measured", "tier": 2,
+            "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
+                       "table": f"{src['path']} ({CONTAINER} NeMo container), commit "
+                                f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
+                                f"GPUs {b['prec']} GBS {gbs}",
+                       "row": "| " + " | ".join(cells) + " |"},
+            "stack": f"Megatron-Bridge {TAG} / Megatron Core (NeMo Framework 26.02 "
+                     "container: Megatron Core main:0.16.0, Transformer Engine 2.12)",
+            "model": {**models[b["key"]], "seq_len": b["seq"]},
+            "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
+                         "interconnect": inter},
+            "plan": {**({"moe_balance": "forced"} if moe and src["force_balanced"]
+                        else {}),
+                     "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
+                     "global_batch": gbs,
+                     "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
+                     "virtual_stages": b["vp"] or 1, "recompute": None,
+                     "sequence_parallel": None,
+                     "zero_stage": 3 if b["fsdp"] else None,
+                     "grad_accum": gbs // (mbs * dp), **sw},
+            "precision": ("fp8 (current scaling: the FP8_CS config)"
+                          if b["prec"] == "FP8" and sw else BRIDGE_PREC[b["prec"]]),
+            "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
+            "derived": {"step_time_s": round(gbs * b["seq"] / (b["tok"] * n), 4),
+                        "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
+            "notes": ("NVIDIA force-balances tokens among experts in these benchmarks "
+                      "(dropless; the table's footnote). " if moe else "Dense model. ")
+            + (f"FSDP (Megatron FSDP) over {b['fsdp']} GPUs (the table's column): "
+               "zero_stage 3. " if b["fsdp"] else
+               "The table's sharded-data-parallel column is 0: none stated "
+               "(zero_stage left to the stack's default). ")
+            + "Model config as the same model's rows of megatron_bridge_2604.json. "
+            + sw_note})
+    assert len({r["id"] for r in out}) == len(out)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sources", metavar="MEGATRON_BRIDGE",
+                    help="read the source from this clone (e.g. /work/.mirror/NVIDIA-NeMo+"
+                         f"Megatron-Bridge/repo) instead of {INPUTS}")
+    ap.add_argument("--save-inputs", metavar="FILE", help="with --sources: write what was read")
+    ap.add_argument("--out", default=os.path.join(ROOT, OUT), metavar="FILE")
+    args = ap.parse_args()
+    if args.save_inputs and not args.sources:
+        ap.error("--save-inputs needs --sources")
+    if args.sources:
+        src = read_sources(args.sources)
+    else:
+        with open(os.path.join(ROOT, INPUTS)) as f:
+            src = json.load(f)
+    for path, obj in ((args.save_inputs, src), (args.out, transcribe(src))):
+        if path:
+            with open(path, "w") as f:
+                f.write(dump(obj))
+    print(len(json.load(open(args.out))), "rows ->", args.out)
+
+if __name__ == "__main__":
+    main()
