@@ -143,3 +143,21 @@ def test_estimate_against_simulation(base):
     j = make_job(SMALL, cluster_preset("dgx-h100", 2), parse_plan(plan), framework=_on(base))
     sim, est = simulate(j, network="contention-free").step_time_s, estimate(j).step_time_s
     assert est == pytest.approx(sim, rel=1e-3), est / sim - 1
+
+
+def test_extension_equals_full_simulation():
+    """The rotated step (the prologue at its start) keeps the search's affine extension
+    exact: every figure within 1e-11 of the step, as ``tests/test_extend.py`` asks."""
+    from simulator.extend import can_extend, simulate_figures
+    j = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2),
+                 parse_plan("tp=2,pp=4,dp=2,gbs=80,zero=1,schedule=interleaved,vpp=3"),
+                 framework=_on("nemo"))
+    assert can_extend(j)
+    ext, full = simulate_figures(j), simulate_figures(j, exact=True)
+    step = full["step_time_s"]
+    assert ext["method"].startswith("extended from")
+    assert ext["step_time_s"] == pytest.approx(step, rel=1e-11)
+    for k, v in full["breakdown_s"].items():
+        assert ext["breakdown_s"][k] == pytest.approx(v, abs=1e-11 * step), k
+    assert any(x.label.startswith("optimizer (chunks 1+")
+               for x in simulate(j).records)
