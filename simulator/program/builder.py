@@ -43,7 +43,8 @@ from strategies.plan.choices import DISPATCHERS
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
-from strategies.stacks.param_gather import gathers_at_schedule_start, gathers_on_fill_path
+from strategies.stacks.param_gather import gather_with_optimizer, gathers_at_schedule_start, \
+    gathers_on_fill_path
 from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
 
@@ -120,6 +121,18 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                                             p.overlap_grad_reduce)
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and self.zero_g == 2
+        # interleaved: the schedule dispatches each chunk's gathers (chunks 0 and 1 at its
+        # start, ``stacks.param_gather.gathers_at_schedule_start``); each chunk's first
+        # forward waits for its buckets as above
+        self.at_start = bool(gathers_at_schedule_start(p.pp, p.vpp, p.zero,
+                                                       p.overlap_param_gather, self.mirrored,
+                                                       p.schedule == "interleaved"))
+        # chunk 0's gathers dispatched inside the optimizer step, chunk 0 one bucket
+        # (``stacks.param_gather.gather_with_optimizer``, §5.200): ``optimizer_prologue``
+        self.with_opt = bool(gather_with_optimizer(self.at_start,
+                                                   job.framework.param_gather_with_optimizer)) \
+            and self.grad_sync and p.zero >= 1
+        self.opt_head = 0.0         # seconds of the optimizer run before the step (rotated)
         # the stack's bucketing by pipeline rank and chunk (``BucketRule.chunk_bucketed``:
         # Megatron-Core cuts only rank 0's first chunk into buckets, §5.92; DualPipe's copies
         # and a split backward, which Megatron-Core does not run, keep the size rule)
@@ -129,7 +142,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                                          [x.layer_params for x in self.chunk[c]],
                                          rule.chunk_bucketed(self.stage, c, self.mirrored
                                                              or bool(self.sched.splits_backward),
-                                                             self.every_mb),
+                                                             self.every_mb)
+                                         and not (self.with_opt and c == 0),
                                          [x.layer_lead_params for x in self.chunk[c]])
                         for c in chunks}
         # the buckets that close with the lead (MLP) of the backward block's last layer,
@@ -147,12 +161,6 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # fill path (``stacks.param_gather``, §5.194); None: after the optimizer
         self.on_fill = bool(gathers_on_fill_path(p.pp, p.vpp, p.zero, p.overlap_param_gather,
                                                  self.mirrored))
-        # interleaved: the schedule dispatches each chunk's gathers (chunks 0 and 1 at its
-        # start, ``stacks.param_gather.gathers_at_schedule_start``); each chunk's first
-        # forward waits for its buckets as above
-        self.at_start = bool(gathers_at_schedule_start(p.pp, p.vpp, p.zero,
-                                                       p.overlap_param_gather, self.mirrored,
-                                                       p.schedule == "interleaved"))
         gathered = (chunks if self.at_start else (0,) if self.on_fill else ()) \
             if self.grad_sync else ()
         self.fills = {c: FillGathers(self.buckets[c], len(self.chunk[c]), c) for c in gathered}
@@ -285,6 +293,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         return out
 
     def run(self, actions: list) -> None:
+        if self.with_opt and not self.fills[0].ops:
+            self.optimizer_prologue()
         group: list[Step] = []
         for a in actions:
             if isinstance(a, Step) and (a.overlap or group):
@@ -328,8 +338,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # the stack's per-step passes (strategies.cost.step), then the optimizer
         passes = self.c.passes_by_stage[self.stage] if self.c.passes_by_stage else 0.0
         self.compute(passes, "optimizer", "step passes")
-        opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
-                           force=True)
+        opt = self.compute(self.c.optimizer_by_stage[self.stage] - self.opt_head, "optimizer",
+                           "optimizer", force=True)
         if self.grad_sync and self.p.zero >= 1 and not self.fills:
             # each bucket at the stage's mean gathered width (``stage.rank_params.gather_width``)
             width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage

@@ -12,7 +12,7 @@ from strategies import placement
 from strategies.cost.comm import grad_shard_params, measured_scale
 from strategies.cost.comm.links import in_one_node
 from strategies.cost.comm.zero3_per_tensor import per_tensor_excess
-from strategies.stacks.param_gather import chunk_dispatch_forward
+from strategies.stacks.param_gather import chunk_dispatch_forward, optimizer_head_start
 
 
 def replica_lane(framework) -> str:
@@ -313,6 +313,21 @@ class FillGatherOps:
         if not fill.ops:
             self.fill_start()
         return fill
+
+    def optimizer_prologue(self) -> None:
+        """Chunk 0's gathers dispatched inside the optimizer step
+        (``stacks.param_gather.gather_with_optimizer``, §5.200), the step seen from chunk
+        0's update on: chunk 0's gathers at its start, beside the other chunks' update
+        (``optimizer_head_start``, ``opt_head`` seconds on the compute stream, left out of
+        the optimizer at the step's end); the schedule then dispatches chunk 1 behind them
+        and chunk 0's first forward waits for them."""
+        p, c = self.p, self.c
+        lead = c.embedding_params if self.vs(0) == 0 else 0.0
+        trail = c.head_params if self.vs(p.vpp - 1) == self.last_vs else 0.0
+        self.opt_head = float(optimizer_head_start(c.optimizer_by_stage[self.stage],
+                                                   self.stage_params, lead, trail, p.vpp))
+        self.fill_dispatch(0, ())
+        self.compute(self.opt_head, "optimizer", "optimizer (chunks 1+, before chunk 0's use)")
 
     def fill_start(self) -> None:
         """The first bucket's gather, once the stage's first forward may start (after its

@@ -162,7 +162,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
     dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,
-                                                mb, zero_g, t_p2p, f_layer)
+                                                mb, zero_g, t_p2p, f_layer,
+                                                profile.param_gather_with_optimizer)
     dp_exposed = per_step_allreduces(dp_exposed, sc, P, cl, n_k)
     step = span.pipe + pp_exposed + dp_exposed + t_opt
     # a tail shorter than its optimizer (every rank's slack larger than its reduction: an

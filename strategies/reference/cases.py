@@ -20,9 +20,10 @@ from strategies.stacks.variants import compiled
 from strategies.job import Job, make_job
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.perf_harness import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE, NEMO_PERF_SOURCE,
-                                               grad_reduce_in_fp32, harness_fp8_is_current,
-                                               nemo_perf_row, quantised_param_gather,
-                                               stated_quant_scope)
+                                               OPG_OPTIMIZER_SOURCE, grad_reduce_in_fp32,
+                                               harness_fp8_is_current, nemo_perf_row,
+                                               param_gather_with_optimizer,
+                                               quantised_param_gather, stated_quant_scope)
 from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
 from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
                                               with_source_fork, with_stated_cp, with_stated_env,
@@ -169,6 +170,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             plan = entry_plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
+    if param_gather_with_optimizer(c) and plan.vpp > 1:
+        fw = replace(fw, param_gather_with_optimizer=True)
+        notes.append(f"interleaved chunk 0's parameter gathers inside the optimizer step "
+                     f"({OPG_OPTIMIZER_SOURCE})")
     plan = with_stated_cp(llama_recipe_switches(c, plan, notes), fw, pl, notes)
     try:
         plan = routing_balance(c, model, plan, notes)

@@ -148,6 +148,24 @@ def nemo_perf_row(entry: dict) -> bool:
             and nemo_container(entry) in NEMO_PERF_CONTAINERS)
 
 
+#: NeMo 2's performance scripts set Megatron-Core's ``overlap_param_gather_with_optimizer_step``
+#: wherever dp, pp and vp > 1 (the NeMo comm-overlap callback's own default has been off since
+#: b6f1051, 2024-10-30, "disable overlap_param_gather_with_optimizer_step")
+OPG_OPTIMIZER_SOURCE = ("NVIDIA/NeMo v2.2.0 scripts/llm/performance/utils.py L223, v2.3.0 "
+                        "scripts/performance/utils.py L286, v2.4.0 scripts/performance/helpers.py "
+                        "L404: overlap_param_gather_with_optimizer_step = bool(dp_size > 1 and "
+                        "pp_size > 1 and vp_size > 1)")
+#: whether the rows those scripts produced are priced with it (docs/calibration.md §5.200)
+OPG_OPTIMIZER_ON = True
+
+
+def param_gather_with_optimizer(entry: dict) -> bool:
+    """Whether ``entry`` ran a stack that sets ``overlap_param_gather_with_optimizer_step``
+    where its plan allows it: a NeMo 2 performance-script row (``nemo_perf_row``,
+    ``OPG_OPTIMIZER_SOURCE``) while ``OPG_OPTIMIZER_ON``."""
+    return OPG_OPTIMIZER_ON and nemo_perf_row(entry)
+
+
 def grad_reduce_in_fp32(entry: dict) -> bool | None:
     """False for a published row of NVIDIA's Megatron-Bridge performance tables of the
     ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``) and for an FP8 row of the

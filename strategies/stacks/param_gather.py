@@ -28,6 +28,17 @@ forward (``start_gather_exposed``): for chunk ``k >= 2`` the ``group + rank`` fo
 its dispatch to its first use, in the warm-up's lock-step (``warmup_pace``), behind the
 chunk before on the stream (``start_gathers_delay``, docs/calibration.md §5.197). DualPipe's
 two copies are covered by neither.
+
+Megatron-Core's ``overlap_param_gather_with_optimizer_step`` (``gather_with_optimizer``;
+core_v0.13.0 and v0.15.0 ``optimizer/__init__.py`` L483-488: chunk 0 gets an optimizer of its
+own, chained before the other chunks'; ``optimizer.py`` L1141-1149
+``ChainedOptimizer.step_with_ready_grads`` dispatches chunk 0's gathers,
+``start_param_sync(force_dispatch=True)``, once chunk 0's optimizer has stepped, and the
+schedule's ``param_sync_func[0]`` then returns without dispatching,
+``distributed_data_parallel.py`` L540-544): chunk 0's gathers start the optimizer work of
+the other chunks before the step's end (``optimizer_head_start``), one bucket (``training.py``
+L1139-1140 and NeMo's ``megatron_parallel.py`` disable chunk 0's bucketing with it), and the
+next step's first forward of chunk 0 waits for them (docs/calibration.md §5.200).
 """
 from __future__ import annotations
 
@@ -71,6 +82,38 @@ def gathers_at_schedule_start(pp: Any, vpp: Any, zero: Any, overlap_param_gather
     return (np.asarray(pp) > 1) & (np.asarray(vpp) > 1) & ((zero == 1) | (zero == 2)) \
         & np.asarray(overlap_param_gather, dtype=bool) & ~np.asarray(mirrored, dtype=bool) \
         & np.asarray(interleaved, dtype=bool)
+
+
+def gather_with_optimizer(at_start: Any, stack_sets: Any) -> Any:
+    """Whether chunk 0's overlapped parameter gathers are dispatched inside the optimizer
+    step (Megatron-Core's ``overlap_param_gather_with_optimizer_step``): where the schedule
+    dispatches the gathers (``gathers_at_schedule_start``: interleaved, the distributed
+    optimizer, ``overlap_param_gather``; Megatron-LM's ``arguments.py`` L622-630 asks no
+    more) and the stack sets it (``stack_sets``: ``FrameworkProfile.
+    param_gather_with_optimizer``, NeMo 2's performance scripts where dp, pp and vp > 1).
+    Scalars or arrays over plans.
+
+    >>> bool(gather_with_optimizer(True, True)), bool(gather_with_optimizer(False, True))
+    (True, False)
+    """
+    return np.asarray(at_start, dtype=bool) & np.asarray(stack_sets, dtype=bool)
+
+
+def optimizer_head_start(optimizer: Any, params: Any, lead: Any, trail: Any, v: Any) -> Any:
+    """Seconds before the step's end that chunk 0's gathers are dispatched under
+    ``gather_with_optimizer``: the optimizer update of the rank's other chunks, which steps
+    after chunk 0's (``optimizer`` the rank's update, seconds, proportional to the
+    parameters it steps: ``params``, of which ``lead`` the embedding's in chunk 0 and
+    ``trail`` the LM head's in chunk ``v - 1``; the layers split evenly over the ``v``
+    chunks). Scalars or arrays over plans.
+
+    >>> float(optimizer_head_start(1.0, 10.0, 2.0, 0.0, 4))
+    0.6
+    """
+    params = np.asarray(params, dtype=float)
+    chunk0 = (params - lead - trail) / v + lead
+    return optimizer * np.where(params > 0, 1.0 - chunk0 / np.where(params > 0, params, 1.0),
+                                0.0)
 
 
 def chunk_dispatch_forward(chunk: int, group: int, rank: int) -> int:
@@ -117,7 +160,7 @@ def warmup_pace(taus: list, pp: Any, group: Any) -> Any:
 
 
 def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
-                        ranks: list, waits: list, taus: list) -> Any:
+                        ranks: list, waits: list, taus: list, heads: list | None = None) -> Any:
     """Seconds the overlapped parameter gathers delay a step under the interleaved
     schedule's dispatch (``gathers_at_schedule_start``; arrays over plans or scalars), over
     the pipeline's ranks in order (``ranks``: their pipeline ranks, e.g. rank 0, 1 and the
@@ -133,10 +176,12 @@ def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
 
     >>> float(start_gathers_delay([[1.0, 1.0, 1.0]], [1.0], 3, 2, [0], [0.0], [0.25]))
     2.0
+    >>> float(start_gathers_delay([[1.0, 1.0, 1.0]], [1.0], 3, 2, [0], [0.0], [0.25], [0.75]))
+    1.25
     """
     n = len(ranks)
     delay = [[0.0] * len(gathers[0]) for _ in range(n)]
-    done = [0.0] * n
+    done = [-np.inf] * n
     for c in range(len(gathers[0])):
         live = np.asarray(v) > c
         for i in range(n):
@@ -144,7 +189,7 @@ def start_gathers_delay(gathers: list, first_exposed: list, v: Any, group: Any,
             held = delay[i - 1][c] if i else (delay[n - 1][c - 1] if c else 0.0)
             prior = np.maximum(prior, held)
             if c < 2:
-                at = 0.0
+                at = -heads[i] if c == 0 and heads is not None else 0.0
             else:
                 idx = np.maximum((c - 1) * group - ranks[i], 0)
                 d_at = np.where(idx >= (c - 1) * group, delay[i][c - 1], delay[i][c - 2])

@@ -91,7 +91,8 @@ def dp_terms(cl: Cluster, sc: StageCostArrays, P: PlanArrays, profile: Framework
         ag_tail = np.where(P.overlap_param_gather, np.maximum(ag - window, ag / items), ag)
         # where the schedule runs them before the first forwards (§5.194: on the fill path,
         # or from an interleaved schedule's start) no gather trails the optimizer, and what
-        # the first forwards wait for is at least 0
+        # the first forwards wait for is at least 0 (chunk 0's dispatched inside the optimizer
+        # too, ``stacks.param_gather.gather_with_optimizer``, §5.200: it only starts earlier)
         ag_tail = np.where(scheduled, 0.0, ag_tail)
         z3 = nmb * v * lanes(2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1),
                              rep_floor(gb, kind))

@@ -21,13 +21,15 @@ from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import schedule_code
-from strategies.stacks.param_gather import fill_path_stages, gathers_at_schedule_start, \
-    gathers_on_fill_path, start_gathers_delay, warmup_pace
+from strategies.stacks.param_gather import fill_path_stages, gather_with_optimizer, \
+    gathers_at_schedule_start, gathers_on_fill_path, optimizer_head_start, \
+    start_gathers_delay, warmup_pace
 
 
 def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
               slack: tuple, gr: GradReduce, zero2: Zero2, z3: list, mb: Any,
-              zero_g: Any, t_p2p: Any, f_layer: Any = 0.0) -> tuple[Any, Any, Any, Any]:
+              zero_g: Any, t_p2p: Any, f_layer: Any = 0.0,
+              with_optimizer: bool = False) -> tuple[Any, Any, Any, Any]:
     """The step's tail of plans ``P`` after the pipeline: its data-parallel communication and
     its optimizer (the latest rank's or path's; the first on a tie: rank 0's), the layers of
     the slowest kind of rank (the breakdown's), and the parameter gathers' seconds on
@@ -35,7 +37,9 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     of rank's compute end before the pipeline's; ``gr``, ``zero2``, ``z3`` each kind's
     reductions, ZeRO-2's and ZeRO-3's seconds; ``zero_g`` the ZeRO stage the gradients run
     with; ``t_p2p`` one micro-batch's send between stages; ``f_layer`` a layer's forward with
-    its exposed communication (``layer_comm.layer_forward``)."""
+    its exposed communication (``layer_comm.layer_forward``); ``with_optimizer``: the stack
+    dispatches interleaved chunk 0's gathers inside the optimizer step
+    (``FrameworkProfile.param_gather_with_optimizer``, ``stacks.param_gather``)."""
     tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
     zero, ogr, cl, G = P.zero, P.overlap_grad_reduce, calls.cl, calls.cl.gpus_per_node
     gb, pr_k, pe_k = calls.gb, calls.pr_k, calls.pe_k
@@ -62,20 +66,28 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     n_fill = fill_path_stages(pp)
     fill = np.where(on_fill, sum(np.where(n_fill[k] > 0, n_fill[k] * gr.ag_fill_k[k], 0.0)
                                  for k in K), 0.0)
+    # the optimizer step and the stack's per-step passes over the gradient buffer and the
+    # optimizer shard (compute stream, after the reduction)
+    slow_opt = max((f for _, f in cl.faults.stragglers), default=1.0)
+    opt_k = [(getattr(sc, f"optimizer_{x}") + getattr(sc, f"passes_{x}")) * slow_opt
+             for x in ("first", "mid", "last")]
     if np.any(on_start):     # (the chain's work only where a plan runs it)
-        fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p, f_layer),
-                                             0.0)
+        # chunk 0's gathers dispatched inside the optimizer, ahead of the other chunks'
+        # update (``gather_with_optimizer``, §5.200)
+        opt_on = gather_with_optimizer(on_start, with_optimizer)
+        ends = (np.minimum(sc.embedding_params, pr_k[0]), 0.0,
+                np.minimum(sc.head_params, pr_k[2]))
+        heads = [np.where(opt_on, optimizer_head_start(
+            getattr(sc, f"optimizer_{x}") * slow_opt, pr_k[k], ends[0] if k == 0 else 0.0,
+            ends[2] if k == 2 else 0.0, P.vpp), 0.0) for k, x in zip(K, ("first", "mid", "last"))]
+        fill = fill + np.where(on_start, _start_exposed(sc, P, st, gr, t_p2p, f_layer,
+                                                        heads, opt_on), 0.0)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
     # gradients its optimizer steps (with ZeRO >= 1 its dense 1/dp and expert 1/edp shares,
     # ``comm.grad_shard_params``)
     G_pairs = np.where((pp - 1) * stride_pp >= G, G, 1)
-    # the optimizer step and the stack's per-step passes over the gradient buffer and the
-    # optimizer shard (compute stream, after the reduction)
-    slow_opt = max((f for _, f in cl.faults.stragglers), default=1.0)
-    opt_k = [(getattr(sc, f"optimizer_{x}") + getattr(sc, f"passes_{x}")) * slow_opt
-             for x in ("first", "mid", "last")]
     # each rank's tail after its compute (the reduction, the mirror all-reduce, the optimizer),
     # less its slack; the paths that follow the whole pipeline (ZeRO-2's stall without
     # overlap, ``z2_sync_exposed``; ZB-H1's and interleaving's tails) are measured from its end
@@ -119,7 +131,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
 
 
 def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradReduce,
-                   t_p2p: Any, f_layer: Any) -> Any:
+                   t_p2p: Any, f_layer: Any, heads: list, opt_on: Any) -> Any:
     """An interleaved pipeline's gathers as its schedule dispatches them
     (``stacks.param_gather.gathers_at_schedule_start``, §5.194, §5.197): the delay they
     carry to the last rank (``start_gathers_delay`` over rank 0, rank 1 and the last: a
@@ -130,7 +142,9 @@ def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradR
     chunk of ``f_layer``, a layer's forward with its exposed communication, and a send),
     then runs a forward every ``warmup_pace``. Chunk gathers: ``t_agc_k`` (chunk 0 at most
     ``ag_fill0_k``), every chunk: 0 and 1 at the schedule's start, chunk ``c >= 2``
-    ``group + rank`` forwards before its first. Seconds."""
+    ``group + rank`` forwards before its first; under ``opt_on`` (``gather_with_optimizer``)
+    chunk 0's ``heads[k]`` seconds before the start, one bucket (its whole gather exposable).
+    Seconds."""
     pp, v = P.pp, P.vpp
     group = np.where(P.microbatch_group_size > 0, P.microbatch_group_size, pp)
     n_first, n_mid, _ = st.n_k
@@ -144,10 +158,10 @@ def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradR
         t0, tb, tl = (np.where(pp > 2, t, 0.0) for t in gr.t_agc_k[k]) if k == 1 \
             else gr.t_agc_k[k]
         gathers.append([np.where(c == v - 1, tl, tb) if c else t0 for c in range(vmax)])
-        first.append(gr.ag_fill0_k[k])
+        first.append(np.where(opt_on, gathers[k][0], gr.ag_fill0_k[k]))
         ranks.append((0, 1, pp - 1)[k])
         waits.append(before[k])
-    return start_gathers_delay(gathers, first, v, group, ranks, waits, [pace] * 3)
+    return start_gathers_delay(gathers, first, v, group, ranks, waits, [pace] * 3, heads)
 
 
 def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl: Any,
