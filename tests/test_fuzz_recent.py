@@ -480,7 +480,8 @@ MOE_CFG = {
                     intermediate_size=256, num_local_experts=8, num_experts_per_tok=2,
                     vocab_size=1000, max_position_embeddings=4096, sliding_window=128,
                     layer_types=["sliding_attention", "full_attention"] * 2,
-                    attention_bias=True, tie_word_embeddings=False),
+                    attention_bias=True, tie_word_embeddings=False,
+                    swiglu_limit=None, rope_scaling=None),   # plain: no clamp, no YaRN
     "llama4_text": dict(model_type="llama4_text", num_hidden_layers=4, hidden_size=256,
                         num_attention_heads=8, num_key_value_heads=4, head_dim=32,
                         intermediate_size=1024,

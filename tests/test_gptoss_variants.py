@@ -49,11 +49,25 @@ def test_hf_config_reads_swiglu_limit_and_yarn():
     m = model_from_hf(cfg)
     assert m.activation_clamp == 7.0
     assert m.rope_attention_factor == GPT_OSS.rope_attention_factor
-    bare = {k: v for k, v in cfg.items() if k not in ("swiglu_limit", "rope_scaling")}
-    m0 = model_from_hf(bare)
+    # a plain model states it: null is none (absent is transformers' default, below)
+    m0 = model_from_hf(dict(cfg, swiglu_limit=None, rope_scaling=None))
     assert m0.activation_clamp is None and m0.rope_attention_factor == 1.0
     given = dict(cfg, rope_scaling=dict(cfg["rope_scaling"], attention_factor=1.25))
     assert model_from_hf(given).rope_attention_factor == 1.25
+
+
+def test_hf_config_without_the_keys_reads_transformers_defaults():
+    """transformers' ``GptOssConfig`` (02b8f42b): ``swiglu_limit`` 7.0 and YaRN factor 32
+    where the config leaves them out; so a config without them is the published model,
+    and YaRN factor 1 is plain RoPE."""
+    cfg = json.loads(HF.read_text())
+    bare = {k: v for k, v in cfg.items() if k not in ("swiglu_limit", "rope_scaling")}
+    m = model_from_hf(bare)
+    assert m.activation_clamp == 7.0
+    assert m.rope_attention_factor == pytest.approx(1 + 0.1 * math.log(32), rel=REL)
+    assert m == model_from_hf(cfg)
+    one = dict(bare, rope_scaling={"rope_type": "yarn", "factor": 1.0})
+    assert model_from_hf(one).rope_attention_factor == 1.0
 
 
 @pytest.mark.parametrize("patch,field", [

@@ -231,7 +231,7 @@ def test_bad_deepseek_configs_name_the_field(edit, field):
 
 @pytest.mark.parametrize("name,edit,field", [
     ("qwen3_30b_a3b", lambda c: c.update(use_sliding_window=True), "use_sliding_window"),
-    ("qwen3_30b_a3b", lambda c: c.update(mlp_only_layers=[0, 1]), "mlp_only_layers"),
+    ("qwen3_30b_a3b", lambda c: c.update(mlp_only_layers=[0, 2]), "mlp_only_layers"),
     ("qwen3_30b_a3b", lambda c: c.update(q_lora_rank=512), "q_lora_rank"),
     ("qwen3_30b_a3b", lambda c: c.pop("moe_intermediate_size"), "moe_intermediate_size"),
     ("gpt_oss_120b", lambda c: c.update(layer_types=["full_attention"] + ["sliding_attention"] * 35),

@@ -77,12 +77,14 @@ def mean_score_elements(m: ModelSpec, mode: str = "square", windows: bool = True
 def window_share(m: ModelSpec) -> float:
     """Share of the mean layer's causal-kernel score blocks (``score_elements`` "kernel") that
     its sliding-window layers compute: ``nw·win / ((L - nw)·full + nw·win)``; 0.0 without
-    windowed layers. The fused kernel's time per block is one rate unless a kind is priced
-    at its own (``fp8_attention.time_factors``, ``window_kernel``). 0.0 for DeepSeek-V4: its
-    sparse kernel gathers each query's window and compressed entries as one set
+    windowed layers, or where the window is at least the sequence (those layers run the
+    causal kernel's full grid: Llama 4's chunks at ``s <= C``, ``stacks.cp_windows``). The
+    fused kernel's time per block is one rate unless a kind is priced at its own
+    (``fp8_attention.time_factors``, ``window_kernel``). 0.0 for DeepSeek-V4: its sparse
+    kernel gathers each query's window and compressed entries as one set
     (``mean_score_elements``), none of its layers runs the causal kernel's windowed grid."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
-    if not nw or m.is_dsv4:
+    if not nw or m.is_dsv4 or m.sliding_window >= s:
         return 0.0
     full = score_elements(s, None, mode="kernel") * (L - nw)
     win = score_elements(s, m.sliding_window, m.window_kind, "kernel") * nw

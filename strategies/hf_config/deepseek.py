@@ -1,11 +1,12 @@
 """``model_type`` deepseek_v2 / deepseek_v3: multi-head latent attention, routed and shared
-experts, dense first layers, group-limited routing and the multi-token prediction (v3)."""
+experts, dense first layers, group-limited routing, the multi-token prediction (v3) and YaRN
+RoPE (``rope_scaling``: ``common.rope_attention``)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.hf_config.common import READ_COMMON, common_fields
+from strategies.hf_config.common import READ_COMMON, ROPE_KEYS, common_fields, rope_attention
 from strategies.hf_config.reading import get_bool, get_int, group_routing, refuse_unread
 
 #: DeepSeek's ``topk_method`` values (modeling_deepseek.py MoEGate: V2's ``greedy`` and
@@ -23,7 +24,7 @@ def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
                           "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
                           "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
                           "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
-                          "n_group", "topk_group"}
+                          "n_group", "topk_group", *ROPE_KEYS}
     args = common_fields(cfg)
     args.pop("kv_channels")
     args["num_query_groups"] = None      # MLA: every head has its own K and V (no GQA)
@@ -52,5 +53,10 @@ def read_deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
                 # DeepSeek-V3's auxiliary-loss-free balancing adds a bias per expert
                 router_bias=topk_method == "noaux_tc",
                 **group_routing(cfg, topk_method))
+    # YaRN's factor on the rope part's cos and sin, ms(mscale)/ms(mscale_all_dim) (HF
+    # ``_compute_yarn_parameters``; Megatron-Core ``_yarn_get_concentration_factor``, which
+    # MLA passes to ``apply_rotary_pos_emb``): 1 in V2 (0.707/0.707) and V3 (1/1); the
+    # softmax scale's ms(mscale_all_dim)^2 costs nothing (the kernel's ``softmax_scale``)
+    args.update(rope_attention(cfg, mt))
     refuse_unread(cfg, mt, read)
     return args

@@ -8,6 +8,7 @@ from strategies.errors import SpecError
 from strategies.hf_config.common import (READ_COMMON, ROPE_KEYS, common_fields,
                                          rope_attention, windows)
 from strategies.hf_config.reading import get_int, open_number, refuse_unread
+from strategies.model import yarn_attention_factor
 from topologies.limits import check_bool
 
 
@@ -40,12 +41,25 @@ def read_gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     return args
 
 
+#: transformers' ``GptOssConfig`` defaults (02b8f42b ``configuration_gpt_oss.py``:
+#: ``swiglu_limit: float = 7.0``; ``rope_parameters`` None becomes YaRN with factor 32, as
+#: transformers 4's ``rope_scaling`` default): what a config without the keys runs
+SWIGLU_LIMIT_DEFAULT = 7.0
+YARN_FACTOR_DEFAULT = 32.0
+
+
 def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """gpt-oss's clamped activation (``swiglu_limit``: ``activation_clamp``) and YaRN RoPE
     (``rope_scaling``, or transformers 5's ``rope_parameters``, of ``rope_type`` yarn:
-    ``common.rope_attention``); absent: neither."""
+    ``common.rope_attention``). A key absent reads as transformers' default (a clamp of 7.0,
+    YaRN factor 32: ``SWIGLU_LIMIT_DEFAULT``, ``YARN_FACTOR_DEFAULT``); null states none (no
+    clamp, as Megatron-Core's ``activation_func_clamp_value`` None; plain RoPE)."""
     out: dict[str, Any] = {}
-    if cfg.get("swiglu_limit") is not None:
-        out["activation_clamp"] = open_number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
-    out.update(rope_attention(cfg, "gpt_oss", yarn_only=True))
+    limit = cfg.get("swiglu_limit", SWIGLU_LIMIT_DEFAULT)
+    if limit is not None:
+        out["activation_clamp"] = open_number("swiglu_limit", limit, 0.0, 1e6)
+    if any(k in cfg for k in ROPE_KEYS):
+        out.update(rope_attention(cfg, "gpt_oss", yarn_only=True))
+    else:
+        out["rope_attention_factor"] = yarn_attention_factor(YARN_FACTOR_DEFAULT)
     return out

@@ -10,13 +10,22 @@ from strategies.hf_config.common import (READ_COMMON, ROPE_KEYS, attention_bias,
 from strategies.hf_config.reading import get_bool, get_int, refuse_unread
 
 
-def _moe_freq(cfg: Mapping[str, Any], key: str) -> int:
-    freq = get_int(cfg, key, 1)
-    mlp_only = cfg.get("mlp_only_layers")
-    if mlp_only:
-        raise SpecError("mlp_only_layers", mlp_only, "dense layers listed by index are not "
-                        "modelled (first_k_dense_replace / a frequency are)")
-    return freq
+def _dense_layers(cfg: Mapping[str, Any], layers: int) -> int:
+    """``first_k_dense_replace`` of Qwen-MoE's ``mlp_only_layers``: a layer listed there has a
+    dense MLP whatever ``decoder_sparse_step`` says (transformers ``Qwen3MoeDecoderLayer``:
+    ``layer_idx not in config.mlp_only_layers and (layer_idx + 1) % decoder_sparse_step ==
+    0``), so the leading run ``[0, k)`` is exactly ``first_k_dense_replace = k`` (in any order);
+    any other pattern is refused (absent, null or empty: 0)."""
+    v = cfg.get("mlp_only_layers")
+    if v is None or v == []:
+        return 0
+    if not isinstance(v, list) or not all(type(i) is int for i in v):
+        raise SpecError("mlp_only_layers", v, "must be a list of layer indices")
+    if sorted(set(v)) != list(range(len(set(v)))) or len(set(v)) >= layers:
+        raise SpecError("mlp_only_layers", v, f"only the leading layers [0, ..., k-1] with "
+                        f"k < num_hidden_layers={layers} are modelled as dense (read as "
+                        "first_k_dense_replace=k); dense layers elsewhere are not")
+    return len(set(v))
 
 
 def _qkv_bias(cfg: Mapping[str, Any], mt: str) -> bool:
@@ -67,7 +76,8 @@ def read_llama_like(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         args.update(num_experts=get_int(cfg, "num_experts"),
                     moe_router_topk=get_int(cfg, "num_experts_per_tok"),
                     moe_ffn_hidden_size=get_int(cfg, "moe_intermediate_size"),
-                    moe_layer_freq=_moe_freq(cfg, "decoder_sparse_step"))
+                    moe_layer_freq=get_int(cfg, "decoder_sparse_step", 1),
+                    first_k_dense_replace=_dense_layers(cfg, args["num_layers"]))
     if mt == "qwen2_moe":
         read.add("shared_expert_intermediate_size")
         shared = get_int(cfg, "shared_expert_intermediate_size", 0, lo=0)

@@ -137,7 +137,7 @@ _HF_KEYS: dict[str, tuple[str, ...]] = {
     "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
     "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
     "first_k_dense_replace": ("first_k_dense_replace", "interleave_moe_layer_step",
-                              "decoder_sparse_step", "moe_layer_freq"),
+                              "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq"),
     "num_shared_experts": ("n_shared_experts",),
     "moe_ffn_hidden_size": ("moe_intermediate_size",),
     "num_query_groups": ("num_key_value_heads",),

@@ -48,14 +48,18 @@ HCP_SIZES = "hierarchical_context_parallel_sizes"
 
 def hierarchical_cp_of(value: Any) -> tuple[int, int]:
     """``(hierarchical_cp, product)`` of Megatron's ``hierarchical_context_parallel_sizes``
-    (a YAML list, or text ``2,4`` / ``2/4`` / ``2 4``): two levels, the all-to-all size
+    (a YAML list, or text ``2,4`` / ``2/4`` / ``2 4`` / ``[2,4]``): two levels, the all-to-all
+    size
     first. Megatron-Core's ``create_hierarchical_groups`` (parallel_state.py, d98e8a64d) makes
     the first level's groups of consecutive CP ranks, and ``TEDotProductAttention`` hands
     the groups to Transformer Engine's ``a2a+p2p``, whose all-to-all runs over the first and
     ring over the second (``context_parallel.py``, d0067d0): ``[k, cp/k]`` is
     ``hierarchical_cp=k``. ``SpecError`` naming the key where it is not two whole sizes."""
     if isinstance(value, str):
-        items = [x for x in value.replace(",", " ").replace("/", " ").replace(":", " ").split()]
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        items = [x for x in text.replace(",", " ").replace("/", " ").replace(":", " ").split()]
         sizes = tuple(parse_int_text(HCP_SIZES, x) for x in items)
     elif isinstance(value, (list, tuple)) and all(
             isinstance(x, int) and not isinstance(x, bool) for x in value):

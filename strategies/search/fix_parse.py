@@ -9,7 +9,8 @@ from strategies.cost.recompute import METHODS
 from strategies.plan import Plan
 from strategies.plan.checks import int_limit
 from strategies.plan.parse import ALIAS as PLAN_ALIASES
-from strategies.plan.parse import LIST_KEYS, coerce, plan_items
+from strategies.plan.parse import (HCP_SIZES, LIST_KEYS, coerce, hierarchical_cp_of,
+                                   plan_items, read_hierarchical_sizes)
 from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
@@ -42,7 +43,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
     if text is None:                          # no --fix; a blank one is refused, as --plan ''
         return {}
     out: dict[str, Any] = {}
-    for item in _list_items(plan_items(text, "--fix")):   # an empty item refused, as in a plan
+    # an empty item refused, as in a plan; Megatron's sizes read as every --plan reads them
+    for item in _hierarchical_sizes(_list_items(plan_items(text, "--fix"))):
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
         key = PLAN_ALIASES.get(key, key)     # Megatron's names, as a plan reads them
@@ -129,6 +131,28 @@ def _list_items(items: list[str]) -> list[str]:
         else:
             out.append(item)
     return out
+
+
+def _hierarchical_sizes(items: list[str]) -> list[str]:
+    """``items`` with Megatron's ``hierarchical_context_parallel_sizes=[k,cp/k]`` read as
+    ``hierarchical_cp=k`` by the plans' own reading (``plan.parse.read_hierarchical_sizes``:
+    two sizes, with ``cp_comm=a2a+p2p``, multiplying to ``cp``); where ``cp`` is not fixed,
+    the sizes fix it to their product (Megatron-LM's ``validate_args`` asserts
+    ``context_parallel_size`` equals it). ``SpecError`` on ``--fix`` naming the key
+    otherwise."""
+    pairs = [tuple(x.strip() for x in item.partition("=")[::2]) for item in items]
+    canon = [PLAN_ALIASES.get(k.lower(), k.lower()) for k, _ in pairs]
+    if HCP_SIZES not in canon:
+        return items
+    i = canon.index(HCP_SIZES)      # its list items, which _list_items joined with "+"
+    pairs[i] = (pairs[i][0], pairs[i][1].replace("+", ","))
+    try:
+        if "cp" not in canon:
+            pairs.append(("cp", str(hierarchical_cp_of(pairs[i][1])[1])))
+        read = read_hierarchical_sizes(pairs)
+    except SpecError as e:
+        raise SpecError("--fix", f"{e.field}={e.value}", e.rule) from None
+    return [f"{k}={v}" for k, v in read]
 
 
 def _check_partial_recompute(out: dict[str, Any]) -> None:

@@ -19,6 +19,12 @@ Sources (``FrameworkProfile.cp_window_impls`` holds them per stack):
   under CP needs packing, which needs the load-balanced ring (L2273-2274, L2297-2302). The
   profile prices the all-gather (§5.195): no window under CP.
 * PyTorch's ring (torchtitan's ``cp_impl`` "torch"): SDPA's ``is_causal`` only, no mask.
+* Llama 4's chunked windows where the sequence fits one chunk (``seq_length <=
+  sliding_window``): the mask is causal, nothing is folded (Megatron-Bridge 067f987d
+  ``llama4_utils.py`` L295-299 folds only a rank's tokens longer than a chunk) and every
+  exchange runs it, as the stack's ``cp_chunk_fits`` says (MaxText raises on the attention
+  type whatever the length); priced as causal attention (``attention_counts.window_share``
+  0, ``attention_grid`` the full layers' grid).
 * Attention sinks (gpt-oss; Megatron-Core ``softmax_type="learnable"``, TE >= 2.8): TE's
   ``attn_forward_func_with_cp`` asserts ``softmax_type == "vanilla" or cp_comm_type ==
   "a2a"`` (L5065-5067): gpt-oss under Megatron-Core runs ``cp_comm=a2a`` only.
@@ -43,13 +49,21 @@ EXCHANGE_NAMES = {"ring": "cp_comm=p2p (Transformer Engine's ring)",
                   "a2a": "cp_comm=a2a", "a2a+p2p": "cp_comm=a2a+p2p (a p2p ring inside)"}
 
 
+def chunk_fits(m: "ModelSpec", fw: "FrameworkProfile") -> bool:
+    """``m``'s windows are chunked and its sequence fits one chunk, which stack ``fw`` runs as
+    causal attention under any exchange (``fw.cp_chunk_fits``)."""
+    return (m.window_kind == "chunked" and m.sliding_window is not None
+            and m.seq_length <= m.sliding_window and fw.cp_chunk_fits)
+
+
 def window_impls(m: "ModelSpec", fw: "FrameworkProfile") -> tuple[str, ...] | None:
     """The ``cp_impl`` values under which stack ``fw`` runs ``m``'s attention with ``cp > 1``:
-    those of ``fw.cp_window_impls`` for ``m.window_kind`` where ``m`` has windowed layers,
-    and of ``fw.cp_sink_impls`` where it has attention sinks (both where both); None where
-    neither limits ``m``."""
+    those of ``fw.cp_window_impls`` for ``m.window_kind`` where ``m`` has windowed layers
+    (not chunked ones its sequence fits: ``chunk_fits``), and of ``fw.cp_sink_impls`` where
+    it has attention sinks (both where both); None where neither limits ``m``."""
     sets = []
-    if m.num_windowed_layers and m.window_kind in dict(fw.cp_window_impls):
+    if m.num_windowed_layers and m.window_kind in dict(fw.cp_window_impls) \
+            and not chunk_fits(m, fw):
         sets.append(dict(fw.cp_window_impls)[m.window_kind])
     if m.attention_sinks and fw.cp_sink_impls is not None:
         sets.append(fw.cp_sink_impls)
@@ -101,7 +115,8 @@ def _what(m: "ModelSpec", fw: "FrameworkProfile", impl: str) -> tuple[str, str]:
     (``fw.cp_chunk_source`` for chunked ones where the stack gives one, else
     ``fw.cp_window_source``) or else its attention sinks."""
     limits = dict(fw.cp_window_impls)
-    if m.num_windowed_layers and impl not in limits.get(m.window_kind, (impl,)):
+    if m.num_windowed_layers and impl not in limits.get(m.window_kind, (impl,)) \
+            and not chunk_fits(m, fw):
         source = (fw.cp_chunk_source if m.window_kind == "chunked" and fw.cp_chunk_source
                   else fw.cp_window_source)
         return (f"{m.window_kind}-window layers (window {m.sliding_window})", source)
@@ -131,5 +146,8 @@ def check_window_exchange(m: "ModelSpec", fw: "FrameworkProfile", cp: int,
                               " (no stack modelled here runs it with cp > 1)"))
     field, value = ("cp", cp) if cp_comm is None else ("cp_comm", cp_comm)
     what, source = _what(m, fw, impl)
+    if what.startswith("chunked") and fw.cp_chunk_fits:
+        instead += (f", or a sequence of at most {m.sliding_window} tokens (one chunk: the "
+                    "mask is causal)")
     raise SpecError(field, value, f"{fw.name} cannot run {m.name}'s {what} with context "
                     f"parallelism over {EXCHANGE_NAMES[impl]}: {source}; {instead}")

@@ -39,6 +39,7 @@ JAX_XLA = FrameworkProfile(
     cp_window_impls=(("sliding", ()), ("chunked", ())),
     cp_sink_impls=None,   # not read: gpt-oss is refused by its windows above
     cp_chunk_source=None,   # cp_window_source says it for both kinds
+    cp_chunk_fits=False,    # it raises on the attention type, whatever the length (L2259)
     cp_window_source=("MaxText's cudnn_flash_attention refuses windows under context "
                       "parallelism (a sliding one runs only with packing over the "
                       "load-balanced ring, not modelled)"),

@@ -68,6 +68,14 @@ class StackLimits:
         "before Transformer Engine's attention, whose context-parallel exchange (any "
         "cp_comm_type) then joins the ranks' folded chunks as one sequence, not Llama 4's "
         "chunk mask")
+    #: runs a chunked-window model with ``cp > 1`` over any exchange where the sequence fits
+    #: one chunk (``seq_length <= sliding_window``): Llama 4's mask is then the causal one.
+    #: Megatron-Bridge 067f987d ``llama4_utils.py`` L295-299 folds only where the rank's
+    #: tokens exceed ``attention_chunk_size``, so Transformer Engine's exchange runs causal
+    #: attention over the whole sequence; torchtitan v0.2.2's Llama 4 runs CP with SDPA only
+    #: (``models/llama4/model/args.py`` L79-87), whose ``is_causal`` is that mask. False:
+    #: the stack refuses the chunked layers under CP whatever the length
+    cp_chunk_fits: bool = True
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
