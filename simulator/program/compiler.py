@@ -53,6 +53,17 @@ class Layout:
             index[np.fromiter(chain.from_iterable(groups), np.int64)] = np.repeat(np.arange(len(groups)),
                                                       [len(g) for g in groups])
             self._groups[dim] = (index, list(map(tuple, groups)))
+        # the gradient norm's group (``cost.norm_barrier.stats_group``): every rank with the
+        # distributed optimizer, else each model-parallel group (the tp groups of one pp group)
+        if plan.zero >= 1:
+            self._groups["stats"] = (np.zeros(n, dtype=np.int64), [tuple(range(n))])
+        else:
+            mp = sorted({tuple(sorted(x for t in self.group("tp", r) for x in self.group("pp", t)))
+                         for r in range(n)})
+            index = np.empty(n, dtype=np.int64)
+            for i, g in enumerate(mp):
+                index[list(g)] = i
+            self._groups["stats"] = (index, mp)
         self._algo: dict[tuple, str] = {}
 
     def stage(self, rank: int) -> int:
@@ -166,7 +177,8 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     ``compile_job``) keeps them by template op and group."""
     t = template.rank
     groups = {layout.group(d, t): layout.group(d, rank)
-              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")}
+              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr",
+                        "stats")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
     moved_group: dict[int, tuple] = {}   # id of a template group (the template holds it) -> g
