@@ -48,7 +48,14 @@ def test_group_and_time():
     assert [int(x) for x in stats_group(8, 1, 1, 8, 0)] == [8, 1]
     cl = cluster_preset("dgx-h100", 4)
     assert barrier_time(True, 2, 2, 1, 8, 1, cl) == pytest.approx(
-        float(cm.collective_time("allreduce", NORM_BYTES, 32, 1, cl)), rel=1e-12)
+        float(cm.small_allreduce_time(NORM_BYTES, 32, 1, cl)), rel=1e-12)
+    # over several nodes NCCL's tree beats the ring's 2(n-1) latencies; in one node the ring
+    big = cluster_preset("dgx-h100", 64)
+    assert barrier_time(True, 8, 4, 1, 16, 1, big) < 0.1 * float(
+        cm.collective_time("allreduce", NORM_BYTES, 512, 1, big))
+    one = cluster_preset("dgx-h100", 1)
+    assert barrier_time(True, 2, 1, 1, 4, 1, one) == pytest.approx(
+        float(cm.collective_time("allreduce", NORM_BYTES, 8, 1, one)), rel=1e-12)
     assert barrier_time(False, 2, 2, 1, 8, 1, cl) == 0.0
     assert barrier_time(True, 1, 1, 1, 1, 0, cl) == 0.0
     t = barrier_time(np.array([True, True, False]), np.array([2, 1, 2]), np.array([2, 1, 2]),

@@ -37,7 +37,7 @@ from strategies import placement
 from strategies.cost.comm import dp_parts, has_dp_copies, measured_scale, profile_of
 from strategies.cost.comm.links import in_one_node
 from strategies.cost.gemm_kernel import GEMM_GENERATION
-from strategies.cost.norm_barrier import NORM_BYTES, barrier_on
+from strategies.cost.norm_barrier import NORM_BYTES, barrier_on, ring_share
 from strategies.cost.sm_share import window_sms
 from strategies.cost.system import get_system
 from strategies.plan.choices import DISPATCHERS
@@ -344,7 +344,9 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # its gradients reduced (``cost.norm_barrier``, §5.202)
         if self.barrier:
             dp_ops = self.streams["dp-comm"]
-            bar = self.coll("dp-comm", "allreduce", "stats", NORM_BYTES, 1.0, "dp",
+            p = self.p
+            share = ring_share(p.tp, p.pp, p.cp, p.dp, p.zero, self.cluster)
+            bar = self.coll("dp-comm", "allreduce", "stats", NORM_BYTES, share, "dp",
                             "grad norm all-reduce",
                             deps=(self.last_compute, dp_ops[-1].id if dp_ops else None,
                                   *self.wait), tag="dp", sms=0.0)

@@ -16,9 +16,11 @@ So no rank of the group updates until every one has its gradients reduced: the s
 ``max_r(ready_r) + allreduce + max_r(post_r)`` (``barrier_step``) rather than
 ``max_r(ready_r + post_r)``, ``ready_r`` a rank's end of gradient reduction, ``post_r`` its
 optimizer, per-step passes and what follows them on that rank. The all-reduce moves one fp32
-scalar (``NORM_BYTES``): latency-bound, the project's collective cost
-(``comm.collective_time``) over the group. The rule the estimate (``terms.tail``) and the
-simulator (``simulator.program.builder``) read."""
+scalar (``NORM_BYTES``): latency-bound, the project's cost of such all-reduces
+(``comm.small_allreduce_time``: the lesser of the ring and NCCL's tree, as for the amaxes)
+over the group. The rule the estimate (``terms.tail``), the lower bound
+(``bound.pipeline_paths``) and the simulator (``simulator.program.builder``, a ring op whose
+``repeat`` is ``ring_share``) read."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,9 +62,20 @@ def barrier_time(on: Num, tp: Num, pp: Num, cp: Num, dp: Num, zero: Num,
     live = np.asarray(on, bool) & (n > 1)
     if not np.any(live):
         return np.zeros(np.broadcast(n, live).shape) if np.ndim(n) else 0.0
-    t = cm.collective_time("allreduce", NORM_BYTES, np.where(live, n, 2),
-                           np.where(live, stride, 1), cl)
+    t = cm.small_allreduce_time(NORM_BYTES, np.where(live, n, 2), np.where(live, stride, 1),
+                                cl)
     return np.where(live, t, 0.0)
+
+
+def ring_share(tp: int, pp: int, cp: int, dp: int, zero: int, cl: Cluster) -> float:
+    """``barrier_time`` over the ring's seconds for the same group (``comm.collective_time``):
+    the ``repeat`` of the simulator's ring op, which then lasts the estimate's time alone on
+    the wire (1 where the group is one rank)."""
+    n, stride = stats_group(tp, pp, cp, dp, zero)
+    if int(n) < 2:
+        return 1.0
+    return float(barrier_time(True, tp, pp, cp, dp, zero, cl)
+                 / cm.collective_time("allreduce", NORM_BYTES, n, stride, cl))
 
 
 def barrier_step(ready: list, post: list, barrier_s: Num) -> Num:
