@@ -53,14 +53,12 @@ def test_bound_below_simulation_and_estimate(kind, cluster, plan):
     """bound ≤ contention-free simulation and ≤ the estimate (bound/sim 1.0798, 1.0830,
     1.0841, 1.0819, 1.0629 before; 0.9724, 0.9739, 0.9034, 0.9721, 0.9304 then; 0.9728,
     0.9736, 0.8992, 0.9712, 0.9400 with §5.167's QKV-split copies and cat, of which the pp-4
-    V's bound takes 0.66 of the simulation's 0.97 ms; the pp-4 V 0.8817 with §5.202's
-    gradient-norm barrier, which its simulation waits on and its bound's stage paths do not
-    see), and within 12 % of the simulation."""
+    V's bound takes 0.66 of the simulation's 0.97 ms), and within 11 % of the simulation."""
     job = job_of(kind, cluster, plan)
     bound = bound_of(job)
     sim = simulate(job, network="contention-free").step_time_s
     assert bound <= sim and bound <= estimate(job).step_time_s
-    assert bound >= 0.88 * sim
+    assert bound >= 0.89 * sim
 
 
 def test_bound_reads_the_plans_ep_overlap():

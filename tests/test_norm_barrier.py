@@ -61,10 +61,13 @@ def test_group_and_time():
     t = barrier_time(np.array([True, True, False]), np.array([2, 1, 2]), np.array([2, 1, 2]),
                      1, np.array([8, 1, 8]), 1, cl)
     assert t[0] > 0 and t[1] == 0.0 and t[2] == 0.0
-    # every stack in the repository clips by the global norm (their sources)
+    # every stack in the repository clips by the global norm (their sources); the barrier
+    # is a default-off switch (§5.202), and a stack that does not clip keeps none
     for name in ("megatron-core", "nemo", "megatron-lm-2021", "torchtitan", "deepspeed"):
-        assert barrier_on(get_profile(name).step)
-    assert not barrier_on(replace(get_profile("nemo").step, grad_norm=False))
+        step = get_profile(name).step
+        assert step.grad_norm and not barrier_on(step)
+        assert barrier_on(replace(step, norm_barrier=True))
+    assert not barrier_on(replace(get_profile("nemo").step, grad_norm=False, norm_barrier=True))
 
 
 @pytest.mark.parametrize("plan,nodes", [
@@ -102,3 +105,26 @@ def test_simulated_barrier_and_estimate(plan, nodes):
     assert move_sim > 0 and move_est == pytest.approx(move_sim, abs=1e-9 * s.step_time_s)
     for on in (False, True):
         assert est[on] == pytest.approx(res[on].step_time_s, rel=3e-3)
+
+
+@pytest.mark.parametrize("kind,cluster,plan", [
+    ("dense14", "dgx-h100:1", "pp=4,dp=2,vpp=2,mbs=1,gbs=16,schedule=zb-v,"
+                              "account_embedding=true,account_loss=true,zero=2"),
+    ("dense14", "dgx-h100:2", "tp=2,pp=2,dp=4,mbs=1,gbs=16,zero=1")])
+def test_bound_with_barrier(kind, cluster, plan):
+    """With the barrier the lower bound's stage paths take the longest kind's optimizer
+    after each stage's reduction: the bound stays below the contention-free simulation and
+    the estimate with the barrier, and is at least the bound without it."""
+    from experiments.uneven_tail_gaps import job_of
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.plan_arrays import PlanArrays
+    base = job_of(kind, cluster, plan)
+    out = {}
+    for on in (False, True):
+        job = replace(base, framework=_fw(on))
+        out[on] = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                              PlanArrays.from_plans([job.plan]),
+                                              job.framework)[0])
+    job = replace(base, framework=_fw(True))
+    sim = simulate(job, network="contention-free").step_time_s
+    assert out[False] <= out[True] <= sim and out[True] <= estimate(job).step_time_s
