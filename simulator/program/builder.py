@@ -96,7 +96,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # the gradient norm's group (``cost.norm_barrier.stats_group``): every rank with the
         # distributed optimizer, else the model-parallel one (tp x pp)
         self.barrier = barrier_on(job.framework.step)
-        self.group["stats"] = layout.group("stats", rank)
+        if self.barrier:
+            self.group["stats"] = layout.group("stats", rank)
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.rep_lane = replica_lane(job.framework)      # hybrid sharding's all-reduces
