@@ -133,12 +133,19 @@ def test_estimate_against_simulation(base):
     0's head start setting every rank's start while the last rank's optimizer keeps its own:
     the LM head's share of the update)."""
     plan = "tp=2,pp=2,dp=8,mbs=1,gbs=32,zero=1,sp=true,schedule=interleaved,vpp=2"
-    off, on = _job(plan, 4, get_profile(base)), _job(plan, 4, _on(base))
-    s_off = simulate(off, network="contention-free").step_time_s
-    s_on = simulate(on, network="contention-free").step_time_s
-    e_off, e_on = estimate(off).step_time_s, estimate(on).step_time_s
-    assert s_on < s_off
-    assert (e_on - e_off) == pytest.approx(s_on - s_off, abs=1e-9 * s_on)
+    # (the gradient norm's barrier apart, ``cost.norm_barrier``: with it the end of the step
+    # is the longest optimizer rest after the barrier, which the head start shortens by rank
+    # in the simulation and by kind in the estimate: the moves then agree within 1e-6)
+    for barrier, tol in ((False, 1e-9), (True, 1e-6)):
+        prof = get_profile(base)
+        prof = replace(prof, step=replace(prof.step, norm_barrier=barrier))
+        off = _job(plan, 4, prof)
+        on = _job(plan, 4, replace(prof, param_gather_with_optimizer=True))
+        s_off = simulate(off, network="contention-free").step_time_s
+        s_on = simulate(on, network="contention-free").step_time_s
+        e_off, e_on = estimate(off).step_time_s, estimate(on).step_time_s
+        assert s_on < s_off
+        assert (e_on - e_off) == pytest.approx(s_on - s_off, abs=tol * s_on)
     plan = "tp=1,pp=4,dp=4,mbs=1,gbs=64,zero=1,schedule=interleaved,vpp=2"
     j = make_job(SMALL, cluster_preset("dgx-h100", 2), parse_plan(plan), framework=_on(base))
     sim, est = simulate(j, network="contention-free").step_time_s, estimate(j).step_time_s

@@ -37,6 +37,7 @@ from strategies import placement
 from strategies.cost.comm import dp_parts, has_dp_copies, measured_scale, profile_of
 from strategies.cost.comm.links import in_one_node
 from strategies.cost.gemm_kernel import GEMM_GENERATION
+from strategies.cost.norm_barrier import NORM_BYTES, barrier_on, ring_share
 from strategies.cost.sm_share import window_sms
 from strategies.cost.system import get_system
 from strategies.plan.choices import DISPATCHERS
@@ -92,6 +93,11 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         head = head_rank(p.schedule, p.pp, p.vpp)
         ends = (self.group["pp"][0], self.group["pp"][head])
         self.group["tied"] = ends if self.stage in (0, head) and head != 0 else (rank,)
+        # the gradient norm's group (``cost.norm_barrier.stats_group``): every rank with the
+        # distributed optimizer, else the model-parallel one (tp x pp)
+        self.barrier = barrier_on(job.framework.step)
+        if self.barrier:
+            self.group["stats"] = layout.group("stats", rank)
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.rep_lane = replica_lane(job.framework)      # hybrid sharding's all-reduces
@@ -335,6 +341,17 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
                          "tied embedding all-reduce",
                          deps=(self.last_compute, dp_ops[-1].id if dp_ops else None), tag="dp")
         self.wait += [tied] if tied is not None else []
+        # the gradient norm's all-reduce: no rank of the group updates before every one has
+        # its gradients reduced (``cost.norm_barrier``, §5.202)
+        if self.barrier:
+            dp_ops = self.streams["dp-comm"]
+            p = self.p
+            share = ring_share(p.tp, p.pp, p.cp, p.dp, p.zero, self.cluster)
+            bar = self.coll("dp-comm", "allreduce", "stats", NORM_BYTES, share, "dp",
+                            "grad norm all-reduce",
+                            deps=(self.last_compute, dp_ops[-1].id if dp_ops else None,
+                                  *self.wait), tag="dp", sms=0.0)
+            self.wait += [bar] if bar is not None else []
         # the stack's per-step passes (strategies.cost.step), then the optimizer
         passes = self.c.passes_by_stage[self.stage] if self.c.passes_by_stage else 0.0
         self.compute(passes, "optimizer", "step passes")

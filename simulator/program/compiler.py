@@ -53,13 +53,33 @@ class Layout:
             index[np.fromiter(chain.from_iterable(groups), np.int64)] = np.repeat(np.arange(len(groups)),
                                                       [len(g) for g in groups])
             self._groups[dim] = (index, list(map(tuple, groups)))
+        self._zero, self._n = plan.zero, n
         self._algo: dict[tuple, str] = {}
+
+    def _stats_groups(self) -> None:
+        """The gradient norm's groups (``cost.norm_barrier.stats_group``), built on first
+        use: every rank with the distributed optimizer, else each model-parallel group (the
+        pipeline groups of one tensor-parallel group's ranks)."""
+        n = self._n
+        if self._zero >= 1:
+            self._groups["stats"] = (np.zeros(n, dtype=np.int64), [tuple(range(n))])
+            return
+        index = np.full(n, -1, dtype=np.int64)
+        mp: list[tuple[int, ...]] = []
+        for r in range(n):
+            if index[r] < 0:
+                g = tuple(sorted(x for t in self.group("tp", r) for x in self.group("pp", t)))
+                index[list(g)] = len(mp)
+                mp.append(g)
+        self._groups["stats"] = (index, mp)
 
     def stage(self, rank: int) -> int:
         """Pipeline stage of ``rank`` (pp is the outermost dimension)."""
         return rank // self.per_stage
 
     def group(self, dim: str, rank: int) -> tuple[int, ...]:
+        if dim == "stats" and dim not in self._groups:
+            self._stats_groups()
         index, groups = self._groups[dim]
         return groups[int(index[rank])]
 
@@ -166,7 +186,8 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     ``compile_job``) keeps them by template op and group."""
     t = template.rank
     groups = {layout.group(d, t): layout.group(d, rank)
-              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")}
+              for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr",
+                        "stats") if d != "stats" or d in layout._groups}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
     moved_group: dict[int, tuple] = {}   # id of a template group (the template holds it) -> g

@@ -69,6 +69,7 @@ from strategies.cost.gemm_kernel import GEMM_GENERATION
 from strategies.cost.gemm_shapes import layer_gemm_parts
 from strategies.cost.sm_share import NO_SMS, WindowSMs, ub_share, window_sms
 from strategies.cost.stage import stage_cost_arrays
+from strategies.cost.norm_barrier import barrier_on, barrier_time
 from strategies.cost.system import SystemConfig, get_system
 from strategies.estimate.terms.buckets import bucket_windows
 from strategies.estimate.terms.dp_calls import DpCalls
@@ -163,7 +164,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
     dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,
                                                 mb, zero_g, t_p2p, f_layer,
-                                                profile.param_gather_with_optimizer)
+                                                profile.param_gather_with_optimizer,
+                                                barrier_time(barrier_on(profile.step), P.tp,
+                                                             P.pp, P.cp, dp, zero, cl))
     dp_exposed = per_step_allreduces(dp_exposed, sc, P, cl, n_k)
     step = span.pipe + pp_exposed + dp_exposed + t_opt
     # a tail shorter than its optimizer (every rank's slack larger than its reduction: an

@@ -89,6 +89,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies.cost.norm_barrier import barrier_on, stats_group
+
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost.system import SystemConfig, get_system
 from strategies.estimate.bound.chains import chain_shape, stage_chains
@@ -192,7 +194,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         mirror={k: mirror_allreduce(cl, sc, P, k, sh.mirrored) for k in T}, known=lay.known,
         window=post_steps * (b_max + 2 * send), paths=PassThrough.of(chunks, least, send, split),
         w_chunk=trailing_wgrads(records, real, sc, mix, lay.lpc_most, sh.head_first),
-        split=split, pp=pp, nmb=nmb, sched=sched, mirrored=sh.mirrored)
+        split=split, pp=pp, nmb=nmb, sched=sched, mirrored=sh.mirrored,
+        barrier=barrier_on(profile.step) & (len(records.types) == 1)
+        & (stats_group(P.tp, pp, P.cp, P.dp, P.zero)[0] > 1))
     bound = stages.of("first", np.zeros_like(pp))
     bound = np.maximum(bound, np.where(pp >= 2, stages.of("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stages.of("mid", pp - 2), 0.0))

@@ -37,6 +37,12 @@ class StepPasses:
     param_copy: bool = True
     tied_reduce: bool = True
     adam_elements: float = 0.0
+    #: the optimizer of every rank of the grad-stats group waits for the gradient norm's
+    #: all-reduce, which waits for the latest rank's reduction (``cost.norm_barrier``; with
+    #: ``grad_norm``: only a stack that clips by the global norm; docs/calibration.md §5.202).
+    #: Off by default: on, it adds the norm's all-reduce to every multi-GPU step, which moves
+    #: the exact closed forms of the suite's step and ``dp_comm`` tests (§5.202 "Left")
+    norm_barrier: bool = False
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 

@@ -6,6 +6,7 @@ those paths (``StageBounds``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +132,9 @@ class StageBounds:
     nmb: np.ndarray
     sched: np.ndarray
     mirrored: np.ndarray
+    #: the plans whose ranks wait for the gradient norm's all-reduce (``cost.norm_barrier``)
+    #: on one GPU type: every kind's optimizer then starts after each stage's reduction
+    barrier: Any = False
 
     def of(self, kind: str, s: np.ndarray, own_only: bool = False) -> np.ndarray:
         """The bound of stage ``s`` of ``kind``: ``chain_in(s) + max(T(s), T(s) - post(s)
@@ -149,7 +153,18 @@ class StageBounds:
         ok = self.known[kind]
         red, z3, ag, mirror, o = (np.where(ok > 0, ok * x, 0.0)
                                   for x in (red, z3, ag, self.mirror[kind], o))
-        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
+        post = o + ag
+        if np.any(self.barrier):
+            # behind the norm's all-reduce every live kind's optimizer and gather follow
+            # this stage's reduction: the longest of them (each a floor of its own)
+            live = {"first": pp >= 1, "last": pp >= 2, "mid": pp >= 3}
+            most = post
+            for k, on in live.items():
+                kk = self.known[k]
+                x = self.opt[k] + self.terms[k][1]
+                most = np.maximum(most, np.where(on & (kk > 0), kk * x, 0.0))
+            post = np.where(self.barrier, most, post)
+        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + post
         down = chain_in + t - trail + tail + np.where(self.known["first"] > 0,
                                                       self.opt["first"]
                                                       + self.terms["first"].ag_tail, 0.0)

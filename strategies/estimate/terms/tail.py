@@ -12,6 +12,7 @@ import numpy as np
 
 from strategies.cost import comm as cm
 from strategies.cost.comm.point_to_point import pair_time
+from strategies.cost.norm_barrier import barrier_step
 from strategies.cost.stage import StageCostArrays, sp_grad_allreduce_bytes
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import Z2_SPLIT
@@ -29,7 +30,7 @@ from strategies.stacks.param_gather import fill_path_stages, gather_with_optimiz
 def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
               slack: tuple, gr: GradReduce, zero2: Zero2, z3: list, mb: Any,
               zero_g: Any, t_p2p: Any, f_layer: Any = 0.0,
-              with_optimizer: bool = False) -> tuple[Any, Any, Any, Any]:
+              with_optimizer: bool = False, barrier_s: Any = None) -> tuple[Any, Any, Any, Any]:
     """The step's tail of plans ``P`` after the pipeline: its data-parallel communication and
     its optimizer (the latest rank's or path's; the first on a tie: rank 0's), the layers of
     the slowest kind of rank (the breakdown's), and the parameter gathers' seconds on
@@ -39,7 +40,9 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     with; ``t_p2p`` one micro-batch's send between stages; ``f_layer`` a layer's forward with
     its exposed communication (``layer_comm.layer_forward``); ``with_optimizer``: the stack
     dispatches interleaved chunk 0's gathers inside the optimizer step
-    (``FrameworkProfile.param_gather_with_optimizer``, ``stacks.param_gather``)."""
+    (``FrameworkProfile.param_gather_with_optimizer``, ``stacks.param_gather``);
+    ``barrier_s``: the gradient norm's all-reduce where the stack clips (``cost.norm_barrier``,
+    None: no barrier): every rank's optimizer then starts after the latest reduction."""
     tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
     zero, ogr, cl, G = P.zero, P.overlap_grad_reduce, calls.cl, calls.cl.gpus_per_node
     gb, pr_k, pe_k = calls.gb, calls.pr_k, calls.pe_k
@@ -113,19 +116,36 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     sync_on = copies & (zero_g == 2) & ~ogr & ~mirrored
     over_on = copies & (zero_g == 2) & ogr
     z2_split = z2_path == Z2_SPLIT
-    candidates = [(tails[k], opt_k[k]) for k in K] + [
+    # each candidate: (its end, its optimizer, what it runs after its gradients are reduced:
+    # the optimizer and the parameter gather behind it)
+    post_k = [np.where(copies & (zero != 3), ag_k[k], 0.0) + opt_k[k] for k in K]
+    candidates = [(tails[k], opt_k[k], post_k[k]) for k in K] + [
         (np.where(sync_on, z2_sync + np.where(z2_split, at_slowest(after), after[0]), -np.inf),
-         np.where(z2_split, at_slowest(opt_k), opt_k[0])),
-        (np.where(over_on, tail_split + at_slowest(after), -np.inf), at_slowest(opt_k)),
-        (np.where(over_on, cool_tail + after[0], -np.inf), opt_k[0])] + [
+         np.where(z2_split, at_slowest(opt_k), opt_k[0]),
+         np.where(z2_split, at_slowest(after), after[0])),
+        (np.where(over_on, tail_split + at_slowest(after), -np.inf), at_slowest(opt_k),
+         at_slowest(after)),
+        (np.where(over_on, cool_tail + after[0], -np.inf), opt_k[0], after[0])] + [
         (np.where(sync_on & np.isfinite(tails[k]), z2_sync + after[k] - slack[k], -np.inf),
-         opt_k[k]) for k in K]
+         opt_k[k], after[k]) for k in K]
     # the step's tail: the latest; its optimizer (the first on a tie: rank 0's) apart in the
     # breakdown, the rest data-parallel communication
-    tail, t_opt = candidates[0]
-    for val, o in candidates[1:]:
+    tail, t_opt, _ = candidates[0]
+    for val, o, _ in candidates[1:]:
         later = val > tail
         tail, t_opt = np.where(later, val, tail), np.where(later, o, t_opt)
+    if barrier_s is not None and np.any(barrier_s > 0):
+        # the norm's all-reduce: no rank updates before the latest has its gradients reduced
+        # (``cost.norm_barrier.barrier_step``); the breakdown's optimizer: the longest's
+        ready = [np.where(np.isfinite(v), v - q, -np.inf) for v, _, q in candidates]
+        post = [np.where(np.isfinite(v), q, -np.inf) for v, _, q in candidates]
+        synced = barrier_step(ready, post, barrier_s)
+        o_b, q_b = candidates[0][1], post[0]
+        for (_, o, _), q in zip(candidates[1:], post[1:]):
+            longer = q > q_b
+            o_b, q_b = np.where(longer, o, o_b), np.where(longer, q, q_b)
+        on = barrier_s > 0
+        tail, t_opt = np.where(on, synced, tail), np.where(on, o_b, t_opt)
     dp_exposed = tail - t_opt + fill
     return dp_exposed, t_opt, at_slowest(n_k), fill
 
