@@ -117,6 +117,7 @@ def test_help_lists_every_stack_and_dtype_a_command_takes(capsys):
         assert name in text, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROFILES))
 def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     """The vectorised rule of the search and the scalar rule of a given plan agree on every

@@ -98,6 +98,7 @@ def test_the_what_if_never_makes_a_step_faster_and_covers_every_gb200_row(
         assert math.isclose(eb, 100 * (b / ms - 1), rel_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_tables_are_deterministic(recs: list, whatif: list) -> None:
     """``main()`` computing every row afresh prints what the rows the fixtures computed
     (``recs``, ``whatif``) print: two runs, byte for byte; the rows computed afresh are the

@@ -119,6 +119,7 @@ def test_the_gb200_deepseek_expert_groups_fit_one_nvlink_domain(padded: list) ->
             assert r["span"] in (32, 64) and r["in_domain"]
 
 
+@pytest.mark.slow
 def test_tables_are_deterministic(padded: list, pairs: list) -> None:
     """``main()`` computing every row afresh prints what the rows the fixtures computed
     (``padded``, ``pairs``) print: two runs, byte for byte."""

@@ -94,6 +94,7 @@ def test_committed_transcription_resolves():
         assert p.vpp == r["plan"]["virtual_stages"]
 
 
+@pytest.mark.slow
 def test_residuals_hide_only_the_pipeline_exchanges():
     """experiments/nemo_performance_residuals.py: the exposed p2p charge does not depend on
     the GEMM rate (so the bisection against measured + charge is the estimate without it),
@@ -118,6 +119,7 @@ def test_residuals_hide_only_the_pipeline_exchanges():
             assert r["implied_hidden"] < r["implied"]
 
 
+@pytest.mark.slow
 def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate():
     """The residuals script's knee what-if scales ``gemm_kernel.k_knee`` only inside its block,
     and a factor of 1 gives the model's own errors."""
