@@ -260,9 +260,10 @@ def _md(header: list[str], body: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def main(rs: list[dict] | None = None, wi: list[tuple] | None = None) -> None:
-    """Print the tables; ``rs`` and ``wi``: ``rows()`` and ``whatif_rows()`` already computed
-    (computed here when None)."""
+def main(rs: list[dict] | None = None,
+         wi: list[tuple] | None = None) -> tuple[list[dict], list[tuple]]:
+    """Print the tables and return the rows they print, ``(rs, wi)``; ``rs`` and ``wi``:
+    ``rows()`` and ``whatif_rows()`` already computed (computed here when None)."""
     rs = rows() if rs is None else rs
     print("Table 1. GB200 MoE rows of NeMo 25.04.01, their H100 twins and GB200 controls "
           "(ms per MoE layer and micro-batch unless stated)\n")
@@ -294,6 +295,7 @@ def main(rs: list[dict] | None = None, wi: list[tuple] | None = None) -> None:
               [[k, str(len(v)), f"{sum(abs(x[5]) for x in v) / len(v):.1f} %",
                 f"{sum(abs(x[7]) for x in v) / len(v):.1f} %"]
                for k, v in sorted(groups.items())]))
+    return rs, wi
 
 
 if __name__ == "__main__":

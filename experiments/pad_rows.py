@@ -150,13 +150,15 @@ def _fmt_terms(t: dict[str, float]) -> str:
                       for k in (*TERMS, "other"))
 
 
-def main() -> None:
+def main(rs: list[dict[str, Any]] | None = None, pairs: list[tuple] | None = None) -> None:
+    """Print the tables; ``rs`` and ``pairs``: ``pad_rows()`` and ``pair_rows()`` already
+    computed (computed here when None)."""
     head = " | ".join((*TERMS, "other"))
     print("Table 1: padded rows, ms per MoE layer and micro-batch of the busiest rank\n")
     print(f"| row | measured s | estimate s | error | measured | estimate | {head} | "
           "dispatcher | graphs | TP overlap | padded load | etp·ep in a domain |")
     print("|---|---:|---:|---:|---:|---:|" + "---:|" * (len(TERMS) + 1) + "---|---|---|---:|---|")
-    for r in pad_rows():
+    for r in pad_rows() if rs is None else rs:
         print(f"| {r['id']} | {r['measured']:.3f} | {r['estimate']:.3f} | {r['error']:+.1f} % | "
               f"{r['meas_ms']:.2f} | {r['est_ms']:.2f} | {_fmt_terms(r['terms'])} | "
               f"{r['dispatcher']} | {r['graphs']} | {r['tp_overlap']} | "
@@ -165,7 +167,7 @@ def main() -> None:
     print(f"| padded | non-padded | why | measured a / b | estimate a / b | Δ measured | "
           f"Δ estimate | {head} (Δ) | left |")
     print("|---|---|---|---:|---:|---:|---:|" + "---:|" * (len(TERMS) + 1) + "---:|")
-    for a, b, diff, left, why in pair_rows():
+    for a, b, diff, left, why in pair_rows() if pairs is None else pairs:
         print(f"| {a['id']} ({a['error']:+.1f} %) | {b['id']} ({b['error']:+.1f} %) | {why} | "
               f"{a['meas_ms']:.2f} / {b['meas_ms']:.2f} | {a['est_ms']:.2f} / {b['est_ms']:.2f} "
               f"| {a['meas_ms'] - b['meas_ms']:+.2f} | {a['est_ms'] - b['est_ms']:+.2f} | "

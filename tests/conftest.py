@@ -25,3 +25,23 @@ settings.register_profile(
     print_blob=False,
 )
 settings.load_profile("paraplan")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist, the order in which ``--dist loadfile`` hands out files: first the
+    files with tests marked ``slow`` (most slow tests first), then the rest by number of tests,
+    each file's tests in their own order. The controller keeps this order
+    (``--no-loadscope-reorder``, ``pyproject.toml``; by default it sorts files by number of tests
+    alone, which handed a one-test 50-second file out last: one worker ran it while the other
+    idled). A serial run keeps the collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def heavy_first(name: str) -> tuple[int, int]:
+        tests = files[name]
+        return -sum(1 for t in tests if t.get_closest_marker("slow")), -len(tests)
+
+    items[:] = [t for name in sorted(files, key=heavy_first) for t in files[name]]

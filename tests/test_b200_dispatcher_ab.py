@@ -109,6 +109,7 @@ def test_the_leads_are_sized_in_closed_form(entries):
     assert d["b200_estimate_s"] < d["b200_fixed_s"] < d["b200_measured_s"]
 
 
+@pytest.mark.slow
 def test_the_printout_is_deterministic():
     assert AB.main() == AB.main()
 

@@ -42,6 +42,7 @@ def _sample(seed: int = 7, per_class: int = 2):
     return m, cl, sp, sorted(picked)
 
 
+@pytest.mark.slow
 def test_bound_below_simulation_on_moe_classes():
     m, cl, sp, idx = _sample()
     plans = [sp.plan(i) for i in idx]

@@ -81,6 +81,7 @@ def test_pipeline_overlap_implies_the_interleaved_schedule():
         assert c.how_measured.startswith("model FLOPs")
 
 
+@pytest.mark.slow
 def test_held_out_tiers_stay_bounded():
     """Tiers 2-3 (other frameworks, sweeps, fp8) were not used to choose any constant; the
     bound guards against fitting tier 1 at their expense."""

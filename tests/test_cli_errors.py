@@ -275,6 +275,7 @@ def _run(argv: list[str], **env) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env})
 
 
+@pytest.mark.slow
 def test_bad_input_in_a_subprocess(tmp_path):
     """The real process: exit status 2, one line on stderr, no traceback, nothing on stdout."""
     by_name = {c[0]: c for c in CASES}

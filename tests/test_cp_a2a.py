@@ -288,6 +288,7 @@ def test_heads_must_divide_by_cp() -> None:
     assert "cp=8" in err and "KV heads 8/2" in err and "num_heads % cp_size" in err
 
 
+@pytest.mark.slow
 def test_search_with_a2a_fixed_keeps_only_divisible_plans() -> None:
     """``search --fix cp_comm=a2a``: every candidate's heads divide by its cp (the mask
     applies ``heads_ok``, the rule make_job raises): Llama 3 8B at cp 8 keeps tp 1 only (8

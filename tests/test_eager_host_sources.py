@@ -70,6 +70,7 @@ def test_finding_no_source_is_a_stated_host_measurement_of_the_unfused_path():
         assert not (stated and of_path and us is not None), name
 
 
+@pytest.mark.slow
 def test_finding_rows_grace_ratio_below_host_ratio():
     """The eager rows' extra per local expert is 1.1-1.4x larger on Grace than on x86, half
     the 2.75x a host path shows (TE #2053): not host time alone."""

@@ -241,6 +241,7 @@ def test_timeline_writes_4_ranks(tmp_path, ext):
     assert sorted(tmp_path.iterdir()) == sorted([out, again])   # no temporary file left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", ["png", "svg"])
 def test_timeline_64_ranks(tmp_path, ext):
     """64 ranks draw (how long it takes is a benchmark's business: experiments/report_speed.py,

@@ -117,6 +117,7 @@ def test_help_lists_every_stack_and_dtype_a_command_takes(capsys):
         assert name in text, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROFILES))
 def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     """The vectorised rule of the search and the scalar rule of a given plan agree on every
@@ -142,15 +143,26 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     free = enumerate_space(m, cl, 64)
     named = enumerate_space(m, cl, 64, framework=fw)
     assert named.pruned["framework"] > 0 or name == "megatron-core"
-    free_keys = {free.key(i) for i in range(free.size)}
-    named_keys = {named.key(i) for i in range(named.size)}
+    # each space's plans built once (``Space.key(i)`` is ``plan_key(Space.plan(i),
+    # switch_defaults)``), and the scalar rule asked once per distinct plan: a named plan equal
+    # to a switched unnamed one reads the same answer
+    free_plans = [free.plan(i) for i in range(free.size)]
+    named_plans = [named.plan(i) for i in range(named.size)]
+    free_keys = {plan_key(p, free.switch_defaults) for p in free_plans}
+    named_keys = {plan_key(p, named.switch_defaults) for p in named_plans}
+    violations: dict[Plan, list] = {}
+
+    def violations_of(p: Plan) -> list:
+        if p not in violations:
+            violations[p] = plan_violations(fw, p)
+        return violations[p]
+
     if fw.default_flash_attn:
         # The same activation memory and redundancy rules as the unnamed space (FlashAttention
         # on): the named space is the unnamed one less what the stack cannot run.
         # The op-level recompute (torchtitan's) is searched only under a stack that runs it.
-        runnable = {plan_key(_switched(free.plan(i), fw), fw.plan_defaults())
-                    for i in range(free.size)
-                    if not plan_violations(fw, _switched(free.plan(i), fw))}
+        runnable = {plan_key(q, fw.plan_defaults())
+                    for q in (_switched(p, fw) for p in free_plans) if not violations_of(q)}
         op = {k for k in named_keys if "recompute=op," in k}
         assert bool(op) == ("op" in fw.recompute)
         # A stack that runs several pipeline flushes gives a row that does not fit with one
@@ -169,9 +181,8 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
         assert named_keys - op - flushed - z2 - ex == runnable - z2
         if "block" in fw.recompute_methods:
             assert named_keys - op - flushed - z2 - ex <= free_keys
-    for i in range(named.size):
-        p = named.plan(i)
-        assert plan_violations(fw, p) == []
+    for p in named_plans:
+        assert violations_of(p) == []
         assert (p.flash_attn, p.tp_comm_overlap) == (
             fw.default_flash_attn, fw.default_tp_comm_overlap and p.tp > 1 and p.sp)
 

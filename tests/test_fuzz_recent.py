@@ -438,6 +438,7 @@ def mutated_reference(draw) -> object:
     return [[entry]]
 
 
+@pytest.mark.slow
 @fuzz(100)
 @given(mutated_reference())
 def test_validate_malformed_reference(ref):
@@ -494,6 +495,7 @@ ABSURD = st.sampled_from([-1, 0, -(2 ** 40), 2 ** 40, 10 ** 30, 1.5, float("nan"
                           float("inf"), True, None, "8", [], {}, [1], 7, 3, 2, 1, 5, 100000])
 
 
+@pytest.mark.slow
 @fuzz(400)
 @given(st.sampled_from(sorted(MOE_CFG)), st.data())
 def test_hf_moe_configs_absurd_fields(mt, data):
@@ -815,6 +817,7 @@ SAVED_PLAN = {"tp": 2, "pp": 4, "dp": 1, "cp": 1, "ep": 1, "mbs": 1, "gbs": 16,
                             "step_time_s": 2.0}}
 
 
+@pytest.mark.slow
 @fuzz(150)
 @given(st.data(), st.sampled_from(["p.yaml", "p.json"]),
        st.sampled_from(["estimate", "estimate", "compare"]))

@@ -7,23 +7,34 @@ import io
 import math
 from contextlib import redirect_stdout
 
+import pytest
+
 from experiments import gb200_moe_2505 as g
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate import estimate
 from strategies.reference.cases import case_from_entry, load_reference
 
-RECS = g.rows()
-WHATIF = g.whatif_rows()
+
+# The rows are computed once, by the worker that runs this file: module-scoped fixtures, not
+# module constants (under pytest-xdist every worker imports every test file to collect it).
+@pytest.fixture(scope="module")
+def recs() -> list:
+    return g.rows()
+
+
+@pytest.fixture(scope="module")
+def whatif() -> list:
+    return g.whatif_rows()
 
 
 def _entry(fname: str, rid: str) -> dict:
     return next(e for e in load_reference(g.DATA + fname + ".json") if e["id"] == rid)
 
 
-def test_rows_are_the_estimates_and_their_columns_the_closed_forms() -> None:
-    assert len(RECS) == len(g.ROWS)
-    for x, (fname, rid, *_) in zip(RECS, g.ROWS):
+def test_rows_are_the_estimates_and_their_columns_the_closed_forms(recs: list) -> None:
+    assert len(recs) == len(g.ROWS)
+    for x, (fname, rid, *_) in zip(recs, g.ROWS):
         assert x["id"] == rid
         job = case_from_entry(_entry(fname, rid)).job
         est = estimate(job)
@@ -44,8 +55,8 @@ def test_rows_are_the_estimates_and_their_columns_the_closed_forms() -> None:
             assert x["rate_needed"] is None
 
 
-def test_the_targets_are_the_25_04_01_gb200_maverick_and_deepseek_rows() -> None:
-    tg = [x for x in RECS if x["id"].startswith(g.TARGETS)]
+def test_the_targets_are_the_25_04_01_gb200_maverick_and_deepseek_rows(recs: list) -> None:
+    tg = [x for x in recs if x["id"].startswith(g.TARGETS)]
     assert len(tg) == 9
     assert all(x["gpu"] == "GB200" and x["container"] == "25.04.01" for x in tg)
     assert all(x["dispatcher"] == "alltoall" and x["ep"] >= 32 for x in tg)
@@ -77,25 +88,29 @@ def test_tray_cluster_keeps_the_gpus_and_the_nic_per_gpu_and_drops_multi_node_nv
     assert tc.intra_node_bandwidth == cl.intra_node_bandwidth
 
 
-def test_the_what_if_never_makes_a_step_faster_and_covers_every_gb200_row() -> None:
-    ids = {x[1] for x in WHATIF}
-    assert {x["id"] for x in RECS if x["gpu"] == "GB200"} <= ids
-    for f, rid, cont, ms, a, ea, b, eb in WHATIF:
+def test_the_what_if_never_makes_a_step_faster_and_covers_every_gb200_row(
+        recs: list, whatif: list) -> None:
+    ids = {x[1] for x in whatif}
+    assert {x["id"] for x in recs if x["gpu"] == "GB200"} <= ids
+    for f, rid, cont, ms, a, ea, b, eb in whatif:
         assert b >= a * (1 - 1e-12), rid
         assert math.isclose(ea, 100 * (a / ms - 1), rel_tol=1e-12)
         assert math.isclose(eb, 100 * (b / ms - 1), rel_tol=1e-12)
 
 
-def test_tables_are_deterministic() -> None:
-    """``main()`` computing every row afresh prints what the rows computed at import
-    (``RECS``, ``WHATIF``) print: two runs, byte for byte."""
-    assert g.rows() == RECS
-    outs = []
-    for given in ((), (RECS, WHATIF)):
+@pytest.mark.slow
+def test_tables_are_deterministic(recs: list, whatif: list) -> None:
+    """``main()`` computing every row afresh prints what the rows the fixtures computed
+    (``recs``, ``whatif``) print: two runs, byte for byte; the rows computed afresh are the
+    fixtures' exactly."""
+    outs, fresh = [], None
+    for given in ((), (recs, whatif)):
         buf = io.StringIO()
         with redirect_stdout(buf):
-            g.main(*given)
+            got = g.main(*given)
+        fresh = got if fresh is None else fresh
         outs.append(buf.getvalue())
+    assert fresh == (recs, whatif)
     assert outs[0] == outs[1]
     assert "Table 3b" in outs[0] and "targets (Maverick, DeepSeek-V3; 25.04.01)" in outs[0]
 

@@ -174,6 +174,7 @@ def test_layer_shapes_follow_the_tp_overlap_pieces():
                                   rel=1e-12)
 
 
+@pytest.mark.slow
 def test_measured_bf16_knee_moves_the_h100_rows_the_wrong_way():
     """With the knee the measurement gives (below the catalog's) every H100-class run gets
     faster, so the deficit runs move further from their measured steps: the lead explains

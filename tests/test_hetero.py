@@ -171,6 +171,7 @@ def test_cli_bad_input_exits_2(argv, words, capsys):
         assert w in err
 
 
+@pytest.mark.slow
 def test_search_on_a_mixed_cluster_reports_uneven_plans():
     from simulator.search.run import SearchConfig, run_search
     rep = run_search(SearchConfig(model=model_preset("gpt-1.7b"), cluster=parse_cluster_arg(MIXED),

@@ -34,6 +34,7 @@ def test_presets_hold_one_nic_per_gpu_at_the_public_rate():
     assert got["dgx-b300"]["domain"] == 8 and got["gb300-nvl72"]["domain"] == 72
 
 
+@pytest.mark.slow
 def test_every_b300_row_keeps_its_expert_group_in_one_node(rows):
     b300 = [r for r in rows if r["cluster"].startswith("dgx-b300")]
     assert len(b300) >= 9

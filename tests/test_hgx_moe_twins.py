@@ -43,6 +43,7 @@ def test_every_twin_is_an_nvl72_row_of_the_same_model_and_file():
         assert (jh.dtype == jg.dtype) or h in hx.NOTES    # a different precision is named
 
 
+@pytest.mark.slow
 def test_excess_is_its_closed_form(pairs):
     for h, g in pairs.values():
         s, per = hx.excess(h, g)
@@ -140,6 +141,7 @@ def test_moe_mape_groups_partition_the_moe_rows(mapes):
         assert g["all MoE rows"][1] * g["all MoE rows"][0] == pytest.approx(total, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_output_is_deterministic(capsys, pair_list, mapes):
     """``main()`` computing every row afresh prints what the module's own computation of
     the rows (``pair_list`` and ``mapes``, read by the tests above) prints: two runs, byte

@@ -95,6 +95,7 @@ def _cases(name: str):
                 yield m, cl, job
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_array_memory_equals_scalar_every_stage(name):
     """Every stage of every plan: ``rank_memory_arrays`` (the search's model, with the

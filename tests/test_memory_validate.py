@@ -84,6 +84,7 @@ def test_rows_carry_memory_and_its_error():
     assert "mem meas" not in text and "memory" not in text.split("\n")[-2]
 
 
+@pytest.mark.slow
 def test_validate_json_on_the_shipped_rows(capsys):
     """``paraplan validate --json`` on the held-out file: its two rows with a printed peak
     (torchtitan June 2025, H200) carry the figures, and the memory MAPE is theirs."""

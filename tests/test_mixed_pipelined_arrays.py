@@ -37,6 +37,7 @@ def _seeded_jobs():
             yield job
 
 
+@pytest.mark.slow
 def test_pipelined_arrays_equal_scalar_on_seeded_mixed_plans():
     jobs = list(_seeded_jobs())
     scheds = {j.plan.schedule for j in jobs}
@@ -56,6 +57,7 @@ def test_pipelined_arrays_equal_scalar_on_seeded_mixed_plans():
     assert spanning >= 5                    # stages that span two GPU types are among them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,cluster", [("toy", "dgx-h100:1+dgx-a100:1"),
                                            ("gpt-1.7b", "dgx-h100:1+dgx-a100:1")])
 def test_search_space_pipelined_rows_equal_scalar(model, cluster):

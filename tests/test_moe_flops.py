@@ -184,6 +184,7 @@ def _small_deepseek() -> ModelSpec:
                    first_k_dense_replace=2, vocab_size=32000, seq_length=1024)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds-small", "qwen3-30b-a3b", "gpt-oss-120b"])
 def test_vectorised_memory_equals_the_memory_model_for_frontier_models(name):
     """The search's array memory model and the per-stage scalar one agree plan by plan on MLA,

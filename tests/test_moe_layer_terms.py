@@ -68,6 +68,7 @@ def test_finding_graphed_ratios_hold_eager_grace_ratios_do_not(rows) -> None:
     assert all(abs(miss[lab]) < 0.5 for lab in ("2606 gb300", "2606 b300", "2606 gb200"))
 
 
+@pytest.mark.slow
 def test_by_gpu_reads_reference_mape_rows() -> None:
     acc = t.by_gpu()
     b300 = acc[("moe", "B300-SXM-288GB")]

@@ -5,23 +5,31 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from experiments import pp1_residuals as r
 from simulator.studies.validate import load_cases
 from strategies.estimate import estimate
 
-RECS = r.rows()
 
 
-def test_rows_are_the_estimates_and_the_named_rows_are_there() -> None:
-    ids = {x["id"]: x for x in RECS}
+# Computed once, by the worker that runs this file: a module-scoped fixture, not a module
+# constant (under pytest-xdist every worker imports every test file to collect it).
+@pytest.fixture(scope="module")
+def recs() -> list:
+    return r.rows()
+
+
+def test_rows_are_the_estimates_and_the_named_rows_are_there(recs: list) -> None:
+    ids = {x["id"]: x for x in recs}
     for rid in ("nemo2407_gpt3_5b_64gpu", "nemo2407_llama2_7b_8gpu", "nemo2407_nemotron_8b_64gpu",
                 "nemo2407_gpt3_20b_64gpu", "nemo2407_llama3_8b_8gpu",
                 "megatron_core_h100_weak_1.7B", "nemo2504_nemotron15b_gb200_64",
                 "dgxc2504_nemotron_15b_h100_2048_fp8"):
         assert ids[rid]["pp"] == 1
     # no B200 row, no MoE row, no other stack
-    assert not any(x["gpu"].startswith("B200") for x in RECS)
-    assert not any(x["id"].startswith(("narayanan", "torchtitan", "mbridge")) for x in RECS)
+    assert not any(x["gpu"].startswith("B200") for x in recs)
+    assert not any(x["id"].startswith(("narayanan", "torchtitan", "mbridge")) for x in recs)
     c = next(c for c in load_cases("strategies/reference/data/nemo_performance_2407.json",
                                    tiers=None) if c.id == "nemo2407_gpt3_5b_64gpu")
     x = ids["nemo2407_gpt3_5b_64gpu"]
@@ -40,8 +48,8 @@ def test_each_form_is_its_closed_form() -> None:
     assert got["rate: share of the measured step (%)"] == 5.0
 
 
-def test_the_same_job_in_two_releases_is_one_estimate() -> None:
-    pairs = r.same_plan_pairs(RECS)
+def test_the_same_job_in_two_releases_is_one_estimate(recs: list) -> None:
+    pairs = r.same_plan_pairs(recs)
     big = next(g for g in pairs if any(x["id"] == "dgxc2504_nemotron_340b_h100_2048_bf16"
                                        for x in g))
     assert {x["id"] for x in big} == {"dgxc_nemo2411_nemotron4_340B_bf16_2048gpu",

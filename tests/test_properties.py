@@ -268,6 +268,7 @@ FACTORS = st.sampled_from([1.0, 1.5, 2.0, 4.0, 10.0, 1000.0])
 WHICH = st.sampled_from(["intra", "inter", "both"])
 
 
+@pytest.mark.slow
 @cases(120)
 @given(jobs(), WHICH, FACTORS)
 def test_more_bandwidth_never_slower_analytic(job, which, f):

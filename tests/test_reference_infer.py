@@ -183,6 +183,7 @@ def test_text_in_numeric_fields_is_refused_not_multiplied():
     assert case_from_entry(e).measured_step_s is None
 
 
+@pytest.mark.slow
 def test_fuzzed_reference_entries_never_crash():
     """Random wrong values in shipped entries: every one resolves or is skipped with a reason
     (the path ``paraplan validate --reference FILE`` takes)."""

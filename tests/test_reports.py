@@ -17,6 +17,7 @@ def _no_temporaries(folder) -> None:
     assert not [f for f in os.listdir(folder) if f.startswith(".")]
 
 
+@pytest.mark.slow
 def test_validation_report(tmp_path):
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps(ENTRIES))

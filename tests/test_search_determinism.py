@@ -125,6 +125,7 @@ def _json_less_timing(args: list[str]) -> bytes:
     return less
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--global-batch", "32"],
     ["whatif", "--model", "llama3-8b", "--cluster", "dgx-h100:2", "--global-batch", "16",

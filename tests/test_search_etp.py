@@ -99,6 +99,7 @@ def test_arrays_price_etp_as_the_scalar_estimate():
         assert peaks[i] == pytest.approx(peak_memory(j)[1].total, rel=1e-12, abs=0)
 
 
+@pytest.mark.slow
 def test_fixed_search_finds_the_qwen3_235b_h100_shape():
     """Megatron-Bridge's Qwen3-235B-A22B on 256 H100: tp 2, pp 8, dp 16, ep 32, etp 1."""
     m, cl = model_preset("qwen3-235b-a22b"), cluster_preset("dgx-h100", 32)
@@ -167,6 +168,7 @@ def test_recommendation_names_the_expert_choice(capsys):
     assert "within a node" in rec["why"][-1]
 
 
+@pytest.mark.slow
 def test_a_named_stacks_default_switch_stays_out_of_the_key():
     """Keys leave out a named stack's default switches (megatron-core: TP overlap on), as
     ``row_job`` reads them back with the stack's defaults; a fixed other value is in it."""

@@ -89,6 +89,7 @@ def _uneven_rows(m, sp) -> np.ndarray:
     return np.flatnonzero(rank_layers(m.num_layers, sp.arrays)[4] & (sp.arrays.pp > 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fix", ["flushes=2,microbatch_group_size=8",
                                  "flushes=2,schedule=1f1b", "schedule=interleaved",
                                  "schedule=1f1b"])

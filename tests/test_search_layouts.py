@@ -130,6 +130,7 @@ def test_bound_below_simulation_61_layer_moe_pp4():
     assert got == pytest.approx(want, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_space_proposes_the_layouts_405b():
     m, cl = model_preset("llama3.1-405b"), cluster_preset("dgx-h100", 64)
     sp = enumerate_space(m, cl, 2048)
@@ -144,6 +145,7 @@ def test_space_proposes_the_layouts_405b():
     assert not np.any(off.cols["acc"]) and not np.any(off.cols["pp"] == 8)
 
 
+@pytest.mark.slow
 def test_even_rows_untouched_gpt3_default():
     """The README job (GPT-3 175B, 96 layers): the even rows, their bounds and estimates are
     those of the space without layouts, bit for bit."""

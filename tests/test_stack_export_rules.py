@@ -71,6 +71,7 @@ SPACES = [  # (model, nodes, gbs, options)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fw", ["torchtitan", "jax-xla", "pytorch-eager", "megatron-deepspeed"])
 @pytest.mark.parametrize("model, nodes, gbs, opts", SPACES)
 def test_search_space_holds_no_plan_the_exporter_refuses(fw, model, nodes, gbs, opts):

@@ -35,6 +35,7 @@ def _plans():
 PLANS = _plans()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PROFILES))
 def test_mask_and_scalar_read_the_same_rules(name):
     fw = PROFILES[name]
@@ -189,6 +190,7 @@ def test_megatron_deepspeed_export_gives_megatron_tp_with_pipelining():
         deepspeed_config(make_job(m, cl, plan))
 
 
+@pytest.mark.slow
 def test_mixed_cluster_search_gives_per_rank_counts_only_where_the_stack_can():
     """On a mixed cluster the search sizes stages to their GPUs (``layers_per_stage``): under
     torchtitan (module_fqns_per_model_part) such variants are offered, under

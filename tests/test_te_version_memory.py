@@ -237,6 +237,7 @@ def test_arrays_equal_scalar(cluster, q, pp):
     assert peak == pytest.approx(max(x.total for x in stages), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster,q", [("dgx-h100", 2.0), ("dgx-b200", 1.0)])
 def test_search_equals_scalar(cluster, q):
     """The search's memory prune for a TE 2.2 stack in fp8 equals ``peak_memory`` of each

@@ -94,12 +94,20 @@ def test_committed_transcription_resolves():
         assert p.vpp == r["plan"]["virtual_stages"]
 
 
-def test_residuals_hide_only_the_pipeline_exchanges():
+@pytest.fixture(scope="module")
+def nemo_residuals() -> list:
+    """experiments/nemo_performance_residuals.py's rows of ``DATA``, computed once for the two
+    tests that read them."""
+    from experiments.nemo_performance_residuals import residuals
+    return residuals(DATA)
+
+
+@pytest.mark.slow
+def test_residuals_hide_only_the_pipeline_exchanges(nemo_residuals):
     """experiments/nemo_performance_residuals.py: the exposed p2p charge does not depend on
     the GEMM rate (so the bisection against measured + charge is the estimate without it),
     and pp = 1 rows, which exchange nothing, keep their error and implied factor."""
     from experiments.gemm_in_situ import with_gemm_scale
-    from experiments.nemo_performance_residuals import residuals
     from strategies.estimate.scalar import estimate
 
     rows = load_reference(DATA)
@@ -107,7 +115,7 @@ def test_residuals_hide_only_the_pipeline_exchanges():
     p2p = estimate(c.job).breakdown_s["pp_comm"]
     assert p2p > 0
     assert estimate(with_gemm_scale(c.job, 0.8)).breakdown_s["pp_comm"] == p2p
-    recs = residuals(DATA)
+    recs = nemo_residuals
     assert len(recs) == 12
     for r in recs:
         if r["pp"] == 1:
@@ -118,11 +126,11 @@ def test_residuals_hide_only_the_pipeline_exchanges():
             assert r["implied_hidden"] < r["implied"]
 
 
-def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate():
+def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate(nemo_residuals):
     """The residuals script's knee what-if scales ``gemm_kernel.k_knee`` only inside its block,
     and a factor of 1 gives the model's own errors."""
     from strategies.cost import gemm_kernel
-    from experiments.nemo_performance_residuals import knee_scaled, knee_what_if, residuals
+    from experiments.nemo_performance_residuals import knee_scaled, knee_what_if
     from topologies.gpus import get_gpu
 
     g = get_gpu("H100-SXM5-80GB")
@@ -130,7 +138,7 @@ def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate():
     with knee_scaled(3.0):
         assert gemm_kernel.k_knee(g, "fp8") == pytest.approx(3 * k0, rel=1e-15)
     assert gemm_kernel.k_knee(g, "fp8") == k0
-    base = {r["id"]: r["error_pct"] for r in residuals(DATA)}
+    base = {r["id"]: r["error_pct"] for r in nemo_residuals}
     same = knee_what_if(DATA, 1.0)
     assert same.keys() == base.keys()
     for i, e in base.items():

@@ -74,6 +74,7 @@ def test_pipeline_part_is_the_free_order(spec):
         s.step_time_s - s.metrics["breakdown_s"]["optimizer"], rel=1e-12)
 
 
+@pytest.mark.slow
 @fuzz(60)
 @given(pp=st.sampled_from([2, 4]), vpp=st.sampled_from([1, 2, 3]), k=st.integers(1, 2),
        tp=st.sampled_from([1, 2, 4, 8]), sp=st.booleans(), m=st.sampled_from([1, 2, 3]),

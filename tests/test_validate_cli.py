@@ -188,6 +188,7 @@ def test_validate_per_framework_summary():
     assert by_framework(rows, simulate=False)["a"]["simulated"]["cases"] == 0
 
 
+@pytest.mark.slow
 def test_validate_prints_per_framework_table(capsys):
     from simulator.cli.main import main
     assert main(["validate", "--tiers", "all", "--no-sim"]) == 0

@@ -51,6 +51,7 @@ def bandwidth_grid():
     return json.loads(buf.getvalue())
 
 
+@pytest.mark.slow
 def test_json_rows_and_keys(bandwidth_grid):
     rep = bandwidth_grid
     assert rep["inputs"]["vary"] == {"inter_node_gbps": [50, 100, 400],
