@@ -198,7 +198,7 @@ class SimNetwork(FlowNetwork):
     def latency(self, src: Node, dst: Node) -> float:
         """Summed latency of the real route from src to dst (seconds): the unfolded route's,
         which folding keeps (its links need not be mapped for it)."""
-        return 0.0 if src == dst else self.real_route(src, dst)[2]
+        return 0.0 if src == dst else self.route_latency(src, dst)
 
     def links(self, src: Node, dst: Node) -> np.ndarray:
         """Link indices a flow from src to dst loads (folded when folding; every plane's
