@@ -311,11 +311,16 @@ class FlowTable(RouteTable):
         (``start_block``): the same calls in the same order, and the same slots freed in the
         same order around them, but a block's flows call nothing until its last one lands
         (counted, not called: one Python step per block, not per flow)."""
-        calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
         last = len(done) - 1
-        ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+        one = grp.item(0)
+        if one and not _count(grp != one):     # one block's flows only (the common case)
+            calls, blocks_done = [], ((one, 0, last + 1),)
+        else:       # each block once: its number, its last flow's place from the end, its count
+            calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
+            ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+            blocks_done = zip(ids.tolist(), first.tolist(), counts.tolist())
         blocks = self._blocks_live
-        for g, f, c in zip(ids.tolist(), first.tolist(), counts.tolist()):
+        for g, f, c in blocks_done:
             if not g:
                 continue
             entry = blocks[g]
