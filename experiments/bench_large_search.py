@@ -28,6 +28,10 @@ CASES = {
                    "--framework", "megatron-core", "--global-batch", "8192", *ONE],
     "gpt-18.4b": ["--model", "gpt-18.4b", "--cluster", "hgx-h800:256",
                   "--framework", "megatron-core", "--global-batch", "1024", *ONE],
+    "mistral-7b": ["--model", "mistral-7b", "--cluster", "hgx-h800:256",
+                   "--framework", "megatron-core", "--global-batch", "1024", *ONE],
+    "gpt-530b": ["--model", "gpt-530b", "--cluster", "hgx-h800:256",
+                 "--framework", "megatron-core", "--global-batch", "1024", *ONE],
     "default": ["--json"],
     # DeepSeek-V3 on 2,048 H800 under the report's stack (docs/reports/deepseek_v3.md)
     "deepseek-v3": ["--model", "deepseek-v3", "--cluster", "hgx-h800:256", "--framework",

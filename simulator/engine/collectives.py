@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from functools import partial
 from heapq import heappush
+from itertools import starmap
 from typing import Callable
 
 import numpy as np
@@ -48,7 +49,7 @@ def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable)
     out = []
     for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale,
                         op.nvlink_share):
-        lat = ph.steps * max(net.latency(a, b) for a, b in ph.flows)
+        lat = ph.steps * max(starmap(net.latency, ph.flows))   # (a, b) pairs, in order
         if ph.local_steps:      # NCCL's ring: the steps that stay in a node, at their latency
             lat += ph.local_steps * max(net.latency(a, b) for a, b in ph.flows
                                         if node_of(a) == node_of(b))

@@ -198,7 +198,10 @@ class SimNetwork(FlowNetwork):
     def latency(self, src: Node, dst: Node) -> float:
         """Summed latency of the real route from src to dst (seconds): the unfolded route's,
         which folding keeps (its links need not be mapped for it)."""
-        return 0.0 if src == dst else self.real_route(src, dst)[2]
+        if src == dst:
+            return 0.0
+        hit = self._latencies.get((src, dst))     # ``route_latency``'s memo, read here first
+        return self.route_latency(src, dst) if hit is None else hit
 
     def links(self, src: Node, dst: Node) -> np.ndarray:
         """Link indices a flow from src to dst loads (folded when folding; every plane's

@@ -85,6 +85,9 @@ class FlowTable(RouteTable):
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._padded: dict = {}       # route number -> its row padded to the table's width
+        # route number -> its row padded to the table's width, as a matrix (the rows of
+        # ``_links`` the rate recomputation gathers in route order: ``FlowNetwork._rates_of``)
+        self._route_rows = np.full((0, 1), self._pad, dtype=LINK_NO)
         self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
@@ -102,6 +105,7 @@ class FlowTable(RouteTable):
         self._links = links
         if hops != old_hops:
             self._padded.clear()
+            self._widen_route_rows(hops)
         for name in ("_size", "_rem", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
@@ -123,8 +127,30 @@ class FlowTable(RouteTable):
         no = self._route_no.get(key)
         if no is None:
             no = self._route_no[key] = len(self._route_no)
+            self._new_route_row(no, links)
         self._route_arrays[id(links)] = (links, no)     # holds the array: its id stays its own
         return no
+
+    def _widen_route_rows(self, hops: int) -> None:
+        """``_route_rows`` padded to ``hops`` columns (the table's new width)."""
+        rows, width = self._route_rows.shape
+        if hops > width:
+            wide = np.full((rows, hops), self._pad, dtype=LINK_NO)
+            wide[:, :width] = self._route_rows
+            self._route_rows = wide
+
+    def _new_route_row(self, no: int, links: np.ndarray) -> None:
+        """Route ``no``'s row (``links`` padded to the table's width) in ``_route_rows``."""
+        rows = self._route_rows
+        if links.size > rows.shape[1]:
+            self._widen_route_rows(links.size)
+            rows = self._route_rows
+        if no >= rows.shape[0]:
+            grown = np.full((max(64, 2 * rows.shape[0]), rows.shape[1]), self._pad,
+                            dtype=LINK_NO)
+            grown[:rows.shape[0]] = rows
+            self._route_rows = rows = grown
+        rows[no, :links.size] = links
 
     def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
         """Add a flow; ``fin(tag)`` is called when its last byte arrives."""
@@ -285,11 +311,16 @@ class FlowTable(RouteTable):
         (``start_block``): the same calls in the same order, and the same slots freed in the
         same order around them, but a block's flows call nothing until its last one lands
         (counted, not called: one Python step per block, not per flow)."""
-        calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
         last = len(done) - 1
-        ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+        one = grp.item(0)
+        if one and not _count(grp != one):     # one block's flows only (the common case)
+            calls, blocks_done = [], ((one, 0, last + 1),)
+        else:       # each block once: its number, its last flow's place from the end, its count
+            calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
+            ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+            blocks_done = zip(ids.tolist(), first.tolist(), counts.tolist())
         blocks = self._blocks_live
-        for g, f, c in zip(ids.tolist(), first.tolist(), counts.tolist()):
+        for g, f, c in blocks_done:
             if not g:
                 continue
             entry = blocks[g]

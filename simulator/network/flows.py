@@ -302,10 +302,17 @@ class FlowNetwork(FlowTable):
         key = ranked.tobytes()
         hit = self._rates_seen.get(key)     # (route numbers, the rate of a flow on each)
         if hit is None:
-            order = rno.argsort(kind="stable")
             if self._solved_for is not self._capacity:
                 self._solved, self._solved_for = solved(self._capacity), self._capacity
-            rates = max_min_memo(self._solved, self._capacity, self._links[idx[order]])
+            # the flows' rows in route order (each slot's row is its route's, padded alike):
+            # the rows of ``_links[idx]`` sorted stably by route, without the sort
+            width = self._links.shape[1]
+            if self._route_rows.shape[1] < width:
+                self._widen_route_rows(width)
+            rows = self._route_rows[ranked]
+            if rows.shape[1] > width:       # (a route no flow table row was ever as wide)
+                rows = rows[:, :width]
+            rates = max_min_memo(self._solved, self._capacity, rows)
             # flows on one route cross the same links, so progressive filling freezes them in
             # the same round at the same level: one rate per route, the first flow's
             first = np.empty(ranked.size, dtype=bool)

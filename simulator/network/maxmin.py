@@ -39,7 +39,9 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     # by link, so the same rates bit for bit
     count = np.bincount(links.ravel(), minlength=capacity.shape[0])  # flows per link
     count[-1] = 1                             # the padding link kept (its count set to 0)
-    used = count.nonzero()[0]                 # in index order: the padding link last
+    # in index order, the padding link last (a boolean's ``nonzero``: several times cheaper
+    # than an integer array's over the thousands of links of a large cluster)
+    used = (count != 0).nonzero()[0]
     local = np.empty(capacity.shape[0], dtype=np.int64)
     local[used] = np.arange(used.size)
     nlinks, pad = used.size, used.size - 1

@@ -42,17 +42,24 @@ class LinkTables:
     route function (``routes``: ``route_fn -> {(src, dst): (nodes, link indices, latency)}``).
     A pure function of the graph, which must not change after it is built: ``simulate`` keeps
     one per cached graph (``simulate.graph_of``), so the simulations of a search build the
-    links of its 1,024-GPU cluster (6,208 of them) and their routes once, not per plan."""
+    links of its 1,024-GPU cluster (6,208 of them) and their routes once, not per plan.
+    ``edge_latency``: each link's latency (seconds); ``latencies``: ``route_fn -> {(src, dst):
+    the route's summed latency}`` for the pairs whose latency alone was asked
+    (``RouteTable.route_latency``: a collective's phase reads every member's hop, a
+    2,048-GPU search hundreds of thousands of pairs whose links no flow ever loads)."""
 
-    __slots__ = ("edges", "edge_index", "capacity", "scaled", "routes")
+    __slots__ = ("edges", "edge_index", "edge_latency", "capacity", "scaled", "routes",
+                 "latencies")
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.edges = list(graph.edges)
         self.edge_index = {e: i for i, e in enumerate(self.edges)}
         self.capacity = np.append([_checked(graph, e) for e in self.edges], np.inf)
         self.capacity.flags.writeable = False   # read-only: maxmin's memo keys on its identity
+        self.edge_latency = {e: float(graph.edges[e].get("latency", 0.0)) for e in self.edges}
         self.scaled: Optional[np.ndarray] = None
         self.routes: dict = {}
+        self.latencies: dict = {}
 
 
 def _checked(graph: nx.DiGraph, edge: tuple) -> float:
@@ -87,6 +94,9 @@ class RouteTable:
         self._routes: dict = {}       # (src, dst) -> this network's route (folded: SimNetwork)
         # (src, dst) -> the unfolded route, shared by the networks over these tables
         self._unfolded: dict = tables.routes.setdefault(route_fn, {})
+        # (src, dst) -> the route's latency, where it alone was asked (``route_latency``)
+        self._latencies: dict = tables.latencies.setdefault(route_fn, {})
+        self._edge_latency = tables.edge_latency
 
     def route(self, src: Node, dst: Node) -> tuple:
         """``(nodes, link_indices, latency_s)`` of the cached route from src to dst (the
@@ -107,7 +117,18 @@ class RouteTable:
             hit = self._unfolded[key] = self._new_route(src, dst)
         return hit
 
-    def _new_route(self, src: Node, dst: Node) -> tuple:
+    def route_latency(self, src: Node, dst: Node) -> float:
+        """The summed latency (seconds) of the real route from src to dst (``real_route``'s
+        third field, the same float), without its link indices where none was worked out."""
+        key = (src, dst)
+        hit = self._latencies.get(key)
+        if hit is None:
+            route = self._unfolded.get(key)
+            hit = self._latencies[key] = route[2] if route is not None else \
+                self._latency(self._nodes(src, dst))
+        return hit
+
+    def _nodes(self, src: Node, dst: Node) -> tuple:
         if self.route_fn is None:
             if dst not in self._dist:
                 self._dist[dst] = _hops_to(self.graph, dst)
@@ -116,10 +137,19 @@ class RouteTable:
             nodes = tuple(self.route_fn(self.graph, src, dst))
         if nodes[0] != src or nodes[-1] != dst:
             raise ValueError(f"route_fn gave {nodes!r} for {src!r} -> {dst!r}")
-        hops = list(zip(nodes[:-1], nodes[1:]))
+        return nodes
+
+    def _latency(self, nodes: tuple) -> float:
+        """The hops' latencies summed in path order (seconds)."""
+        lat = self._edge_latency
         latency = 0.0
-        for hop in hops:
-            latency += float(self.graph.edges[hop].get("latency", 0.0))
+        for hop in zip(nodes[:-1], nodes[1:]):
+            latency += lat[hop]
+        return latency
+
+    def _new_route(self, src: Node, dst: Node) -> tuple:
+        nodes = self._nodes(src, dst)
+        hops = list(zip(nodes[:-1], nodes[1:]))
         index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
         index.flags.writeable = False
-        return nodes, index, latency
+        return nodes, index, self._latency(nodes)
