@@ -4,6 +4,7 @@ is found and priced once."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -54,12 +55,26 @@ def test_the_same_job_in_two_releases_is_one_estimate(recs: list) -> None:
                                        for x in g))
     assert {x["id"] for x in big} == {"dgxc_nemo2411_nemotron4_340B_bf16_2048gpu",
                                       "dgxc2504_nemotron_340b_h100_2048_bf16"}
-    # one job, one estimate; two measurements that differ by more than 8 %
-    assert big[0]["est"] == big[1]["est"]
+    # one job but for one switch, one estimate; two measurements that differ by more than 8 %.
+    # The releases' stacks differ only in Megatron-Core's overlap_param_gather_with_optimizer_step
+    # (NeMo 2's performance scripts of 25.04 set it, docs/calibration.md §5.200): with the
+    # same switch the two estimates are one, and the switch moves the step by under 0.1 %
+    a, b = big[0]["job"], big[1]["job"]
+    assert a.framework.param_gather_with_optimizer != b.framework.param_gather_with_optimizer
+    b_as_a = replace(b, framework=replace(b.framework, param_gather_with_optimizer=a.framework
+                                          .param_gather_with_optimizer))
+    assert estimate(b_as_a).step_time_s == big[0]["est"]
+    assert abs(big[0]["est"] / big[1]["est"] - 1) < 1e-3
     assert abs(big[0]["meas"] / big[1]["meas"] - 1) > 0.08
     # NeMo 24.07's Llama 3 8B and dgxc-benchmarking 25.04.02's are two jobs: the latter's
     # script reduces bf16 gradients and gathers FP8 weights (docs/calibration.md §5.95)
     assert not any({"nemo2407_llama3_8b_8gpu", "dgxc2504_llama31_8b_h100_8_fp8"}
                    <= {x["id"] for x in g} for g in pairs)
     for g in pairs:
-        assert len({x["source"] for x in g}) > 1 and len({x["est"] for x in g}) == 1
+        assert len({x["source"] for x in g}) > 1
+        # one estimate per setting of §5.200's switch, the settings under 0.5 % apart (0.03 %
+        # on the 340B pair above, 0.25 % on the three-release group)
+        for on in (False, True):
+            assert len({x["est"] for x in g
+                        if x["job"].framework.param_gather_with_optimizer == on}) <= 1
+        assert max(x["est"] for x in g) / min(x["est"] for x in g) - 1 < 5e-3
