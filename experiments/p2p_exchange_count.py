@@ -99,6 +99,11 @@ def counts(sched: str, v: int, pp: int, m: int, extra: str = "",
                                                                       else "") + extra
         job = make_job(MODEL if model is None else model, cl, parse_plan(plan),
                        framework=fw)
+        # messages only: the gradient norm's all-reduce (§5.202) off, its bytes term moves
+        # with the swept bandwidth without being a message
+        f = job.framework
+        job = dataclasses.replace(job, framework=dataclasses.replace(
+            f, step=dataclasses.replace(f.step, norm_barrier=False)))
         tau = float(cm.p2p_time(stage_costs(job).p2p_bytes, cl, 1))
         out.append((estimate(job).step_time_s, simulate(job).step_time_s, tau))
     (e1, s1, t1), (e2, s2, t2) = out

@@ -53,12 +53,14 @@ def test_bound_below_simulation_and_estimate(kind, cluster, plan):
     """bound ≤ contention-free simulation and ≤ the estimate (bound/sim 1.0798, 1.0830,
     1.0841, 1.0819, 1.0629 before; 0.9724, 0.9739, 0.9034, 0.9721, 0.9304 then; 0.9728,
     0.9736, 0.8992, 0.9712, 0.9400 with §5.167's QKV-split copies and cat, of which the pp-4
-    V's bound takes 0.66 of the simulation's 0.97 ms), and within 11 % of the simulation."""
+    V's bound takes 0.66 of the simulation's 0.97 ms), and within 12 % of the simulation (the
+    pp-4 V's 0.8817 with §5.202's norm barrier: its last rank's optimizer leaves its slack,
+    0.2537 -> 0.2594 s simulated, and no path of the bound carries that; 0.8992 without)."""
     job = job_of(kind, cluster, plan)
     bound = bound_of(job)
     sim = simulate(job, network="contention-free").step_time_s
     assert bound <= sim and bound <= estimate(job).step_time_s
-    assert bound >= 0.89 * sim
+    assert bound >= 0.88 * sim
 
 
 def test_bound_reads_the_plans_ep_overlap():

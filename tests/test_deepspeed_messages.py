@@ -15,6 +15,7 @@ from strategies.cost import comm as cm
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.schedules import get_schedule
+from tests.norm_barrier_checks import barrier_s
 from tests.test_simulate import _balanced
 from topologies.cluster import cluster_preset
 
@@ -61,7 +62,8 @@ def test_balanced_step_is_the_closed_form(pp, m, bw):
     L = job.model.num_layers // pp
     tau = float(cm.p2p_time(costs.p2p_bytes, job.cluster, 1))
     closed = ((m + pp - 1) * L * (costs.layer_fwd + costs.layer_bwd)
-              + float(DS.exposed_messages(m, pp, 1)) * tau)
+              + float(DS.exposed_messages(m, pp, 1)) * tau
+              + barrier_s(job))   # the gradient norm's all-reduce over the pp ranks (§5.202)
     assert step == pytest.approx(closed, rel=1e-12)
 
 

@@ -28,6 +28,7 @@ from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset
 # the gpt-1.7b / DGX H100 jobs of the dp·cp group's tests (one helper)
+from tests.norm_barrier_checks import barrier_s
 from tests.test_cp_grad_group import EXACT, NO_OVERLAP, _job
 
 
@@ -100,7 +101,9 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     B = sc.grad_bytes * sc.params_by_stage[0]
     W = sc.gather_by_stage[0] * sc.params_by_stage[0]
     bw, lat = cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY, cl.intra_node_latency
-    closed = _ring(1, B, 4, bw, lat) + _ring(2, B / 4, 2, bw, lat) + _ring(1, W, 4, bw, lat)
+    # and the gradient norm's all-reduce before the optimizer (§5.202)
+    closed = (_ring(1, B, 4, bw, lat) + _ring(2, B / 4, 2, bw, lat) + _ring(1, W, 4, bw, lat)
+              + barrier_s(job))
     e = estimate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
     prog = compile_job(job, ranks=[0])[0]
@@ -113,7 +116,7 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     assert sum(op.nbytes for op in rs) == pytest.approx(B, rel=1e-12)
     assert sum(op.nbytes for op in ar) == pytest.approx(B / 4, rel=1e-12)
     per_call = (sum(_ring(1, op.nbytes, 4, bw, lat) for op in rs + ag)
-                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar))
+                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar) + barrier_s(job))
     s = simulate(job)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(per_call, rel=1e-9)
     lb = step_time_lower_bound(job.model, cl, job.dtype, PlanArrays.from_plans([job.plan]))
@@ -131,7 +134,8 @@ def test_across_nodes_estimate_and_simulation():
     W = sc.gather_by_stage[0] * sc.params_by_stage[0]
     want = (cm.collective_time("reduce_scatter", B, 2, 8, cl)
             + cm.collective_time("allreduce", B / 2, 2, 16, cl)
-            + cm.collective_time("allgather", W, 2, 8, cl))
+            + cm.collective_time("allgather", W, 2, 8, cl)
+            + barrier_s(job))   # the gradient norm's all-reduce (§5.202)
     e, s = estimate(job), simulate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(float(want), **EXACT)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(float(want), rel=0.02)
@@ -230,7 +234,9 @@ def test_fsdp_replica_all_reduce_on_its_own_lane(spec):
     rs = cm.collective_time("reduce_scatter", sc.grad_bytes * P / L, 8, 1, cl)
     rep = cm.collective_time("allreduce", sc.grad_bytes * P / L / 8, 4, 8, cl)
     e_h, e_f = estimate(hyb), estimate(flat)
-    assert e_h.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + rs) + rep), **EXACT)
+    # and the gradient norm's all-reduce (§5.202)
+    assert e_h.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + rs) + rep)
+                                                       + barrier_s(hyb), **EXACT)
     s_h, s_f = (simulate(j, network="contention-free") for j in (hyb, flat))
     d_est = e_h.breakdown_s["dp_comm"] - e_f.breakdown_s["dp_comm"]
     d_sim = s_h.metrics["breakdown_s"]["dp_comm"] - s_f.metrics["breakdown_s"]["dp_comm"]
@@ -287,8 +293,9 @@ def test_serial_lane_queues_a_comm_bound_backward():
     b = sc.layer_bwd + sc.layer_recompute
     assert t > b
     e = estimate(job)
-    assert e.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + t + (L - 1) * (t - b))),
-                                                     **EXACT)
+    # and the gradient norm's all-reduce (§5.202)
+    assert e.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + t + (L - 1) * (t - b)))
+                                                     + barrier_s(job), **EXACT)
     s = simulate(job, network="contention-free")
     assert e.breakdown_s["dp_comm"] == pytest.approx(s.metrics["breakdown_s"]["dp_comm"],
                                                      rel=0.01)

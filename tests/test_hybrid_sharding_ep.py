@@ -28,6 +28,7 @@ from strategies.plan.checks import expert_shard_whole
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.stacks.rules import check_plan
+from tests.norm_barrier_checks import barrier_s
 from tests.test_cp_grad_group import EXACT, NO_OVERLAP
 from topologies.cluster import cluster_preset
 
@@ -111,7 +112,8 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     closed = (_ring(1, g * D, 4, bw, lat) + _ring(2, g * D / 4, 2, bw, lat)
               + _ring(1, w * D, 4, bw, lat)
               + _ring(1, g * E, 2, bw, lat) + _ring(2, g * E / 2, 2, bw, lat)
-              + _ring(1, w * E, 2, bw, lat))
+              + _ring(1, w * E, 2, bw, lat)
+              + barrier_s(job))   # the gradient norm's all-reduce (§5.202)
     e = estimate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
     ops = compile_job(job, ranks=[0])[0].streams["dp-comm"]
@@ -130,7 +132,7 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     assert sum(op.nbytes for op in ar_d) == pytest.approx(g * D / 4, rel=1e-12)
     per_call = (sum(_ring(1, op.nbytes, 4, bw, lat) for op in rs_d + ag_d)
                 + sum(_ring(1, op.nbytes, 2, bw, lat) for op in rs_e + ag_e)
-                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar_d + ar_e))
+                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar_d + ar_e) + barrier_s(job))
     s = simulate(job)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(per_call, rel=1e-9)
     lb = step_time_lower_bound(job.model, cl, job.dtype, PlanArrays.from_plans([job.plan]))
@@ -151,7 +153,8 @@ def test_expert_shard_group_of_one_rank_across_nodes():
     want = (cm.collective_time("reduce_scatter", g * D, 8, 1, cl)
             + cm.collective_time("allreduce", g * D / 8, 2, 8, cl)
             + cm.collective_time("allgather", w * D, 8, 1, cl)
-            + cm.collective_time("allreduce", g * E, 2, 8, cl))
+            + cm.collective_time("allreduce", g * E, 2, 8, cl)
+            + barrier_s(job))   # the gradient norm's all-reduce (§5.202)
     e, s = estimate(job), simulate(job, network="contention-free")
     assert e.breakdown_s["dp_comm"] == pytest.approx(float(want), **EXACT)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(float(want), rel=0.01)
@@ -261,7 +264,7 @@ def test_fsdp_replica_lane_with_experts(ep):
     rep = ar_d + cm.collective_time("allreduce", sc.grad_bytes * E / L / ne, 4, 8, cl)
     e_h, e_f = estimate(hyb), estimate(flat)
     assert e_h.breakdown_s["dp_comm"] == pytest.approx(
-        float(mb * (ag + rs) + rep - min(rs_e, ar_d)), **EXACT)
+        float(mb * (ag + rs) + rep - min(rs_e, ar_d)) + barrier_s(hyb), **EXACT)   # §5.202
     prog = compile_job(hyb, ranks=[0])[0]
     ar = [op for op in prog.streams["dp-comm replicas"] if op.label.startswith("AR replicas")]
     assert any(op.label.endswith(" experts") for op in ar)
@@ -301,7 +304,8 @@ def test_replica_lane_queues_behind_a_comm_bound_backward(ep):
     ar = ar_d + float(cm.collective_time("allreduce", sc.grad_bytes * E / L / ne, 4, 8, cl))
     b = sc.layer_bwd + sc.layer_recompute
     assert ar > max(b, rs)
-    closed = mb * (ag + rs) + ar + (L - 1) * (ar - max(b, rs)) - min(rs_e, ar_d)
+    closed = (mb * (ag + rs) + ar + (L - 1) * (ar - max(b, rs)) - min(rs_e, ar_d)
+              + barrier_s(job))   # the gradient norm's all-reduce (§5.202)
     e = estimate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
     s = simulate(job, network="contention-free")

@@ -61,12 +61,13 @@ def test_group_and_time():
     t = barrier_time(np.array([True, True, False]), np.array([2, 1, 2]), np.array([2, 1, 2]),
                      1, np.array([8, 1, 8]), 1, cl)
     assert t[0] > 0 and t[1] == 0.0 and t[2] == 0.0
-    # every stack in the repository clips by the global norm (their sources); the barrier
-    # is a default-off switch (§5.202), and a stack that does not clip keeps none
-    for name in ("megatron-core", "nemo", "megatron-lm-2021", "torchtitan", "deepspeed"):
+    # every stack in the repository clips by the global norm (their sources): the barrier is
+    # on by default (§5.202), off by the switch, and a stack that does not clip keeps none
+    for name in ("megatron-core", "nemo", "megatron-lm-2021", "torchtitan", "deepspeed",
+                 "jax-xla", "pytorch-eager"):
         step = get_profile(name).step
-        assert step.grad_norm and not barrier_on(step)
-        assert barrier_on(replace(step, norm_barrier=True))
+        assert step.grad_norm and barrier_on(step)
+        assert not barrier_on(replace(step, norm_barrier=False))
     assert not barrier_on(replace(get_profile("nemo").step, grad_norm=False, norm_barrier=True))
 
 

@@ -86,7 +86,10 @@ def test_blocking_stacks_and_other_schedules_are_unchanged():
                for a in pipeline_actions("interleaved", 1, 4, 8, 2)
                if not hasattr(a, "kind"))
     progs = compile_job(job_b)
-    assert all(set(p.streams) <= {"compute", "pp-comm"} for p in progs.values())
+    # and on dp-comm the gradient norm's all-reduce alone (§5.202; dp 1)
+    assert all(set(p.streams) <= {"compute", "pp-comm", "dp-comm"} for p in progs.values())
+    assert all(o.label == "grad norm all-reduce" for p in progs.values()
+               for o in p.streams.get("dp-comm", []))
     cl = replace(cluster_preset("dgx-a100", 1), gpus_per_node=4)
     for sched in ("1f1b", "gpipe", "zb-h1"):
         plan = parse_plan(f"tp=1,pp=4,dp=1,mbs=1,gbs=8,schedule={sched}")

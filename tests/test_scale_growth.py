@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "experiments"))
 from scale_growth import expected_max_normal, implied_sigma  # noqa: E402
 
+from tests.norm_barrier_checks import barrier_s
+
 SQRT_PI = math.sqrt(math.pi)
 A = math.asin(1.0 / 3.0)
 
@@ -54,19 +56,21 @@ def test_implied_sigma_inverts_the_slowest_of_n_ratio(sigma):
 _HOP_D = 495e-6
 
 
-def _latency_step_delta(plan: str) -> tuple[float, int]:
+def _latency_step_delta(plan: str) -> tuple[float, int, float]:
     """Compute-bound Llama-3-8B (16 layers, seq 8192) on 4 DGX H100 nodes: the estimate's
     step at the preset's inter-node hop latency and at ``_HOP_D`` more; returns (the step's
-    growth in seconds, micro-batches)."""
+    growth in seconds, micro-batches, the gradient norm's all-reduce's growth, §5.202)."""
     m = replace(model_preset("llama3-8b"), num_layers=16, seq_length=8192)
     base = cluster_preset("dgx-h100", 4)
-    steps, mb = [], 0
+    steps, bars, mb = [], [], 0
     for lat in (base.inter_node_latency, base.inter_node_latency + _HOP_D):
-        e = estimate(make_job(m, replace(base, inter_node_latency=lat), parse_plan(plan)))
+        job = make_job(m, replace(base, inter_node_latency=lat), parse_plan(plan))
+        e = estimate(job)
         assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
         steps.append(e.step_time_s)
+        bars.append(barrier_s(job))
         mb = e.num_microbatches
-    return steps[1] - steps[0], mb
+    return steps[1] - steps[0], mb, bars[1] - bars[0]
 
 
 @pytest.mark.parametrize("zero, passes", [(0, 2), (1, 2)])
@@ -76,8 +80,8 @@ def test_last_bucket_pays_the_rings_whole_latency(zero, passes):
     latency by d adds the flat ring's ``(nodes - 1)·d`` per pass to the step: the all-reduce's
     two passes (ZeRO-0), or the reduce-scatter's and the parameter all-gather's (the
     distributed optimizer). It used to add only the bucket's share of it (0.12 here)."""
-    extra, _ = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs=16,zero={zero}")
-    assert extra == pytest.approx(passes * (4 - 1) * _HOP_D, rel=1e-9)
+    extra, _, bar = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs=16,zero={zero}")
+    assert extra == pytest.approx(passes * (4 - 1) * _HOP_D + bar, rel=1e-9)
 
 
 @pytest.mark.parametrize("gbs", [16, 32])
@@ -86,5 +90,5 @@ def test_zero3_pays_a_layer_calls_latency_per_microbatch(gbs):
     gather and its last layer's reduce-scatter, a call each of one layer's parameters (FSDP's
     unit), so raising the hop latency by d adds ``mb·2·(nodes - 1)·d`` (it used to add
     ``1/layers`` of that)."""
-    extra, mb = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs={gbs},zero=3")
-    assert extra == pytest.approx(mb * 2 * (4 - 1) * _HOP_D, rel=1e-9)
+    extra, mb, bar = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs={gbs},zero=3")
+    assert extra == pytest.approx(mb * 2 * (4 - 1) * _HOP_D + bar, rel=1e-9)

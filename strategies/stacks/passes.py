@@ -40,9 +40,9 @@ class StepPasses:
     #: the optimizer of every rank of the grad-stats group waits for the gradient norm's
     #: all-reduce, which waits for the latest rank's reduction (``cost.norm_barrier``; with
     #: ``grad_norm``: only a stack that clips by the global norm; docs/calibration.md §5.202).
-    #: Off by default: on, it adds the norm's all-reduce to every multi-GPU step, which moves
-    #: the exact closed forms of the suite's step and ``dp_comm`` tests (§5.202 "Left")
-    norm_barrier: bool = False
+    #: On by default: every profile clips (its ``grad_norm`` source); off, the step of
+    #: ``max_r(ready_r + post_r)`` without the norm's all-reduce
+    norm_barrier: bool = True
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
