@@ -58,6 +58,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.cli.main import main as cli_main  # noqa: E402
+from simulator.workers import Stopped, stop_on_signals  # noqa: E402
 from strategies.framework import PROFILES  # noqa: E402
 from strategies.presets import MODEL_PRESETS  # noqa: E402
 from strategies.stacks.variants import TORCHTITAN_COMPILE  # noqa: E402
@@ -103,6 +104,10 @@ def call(argv: list[str]) -> Call:
             rc = e.code if isinstance(e.code, int) else 1
         except Exception:               # noqa: BLE001 - a traceback is what we look for
             rc, tb = -1, traceback.format_exc()
+    if rc > 128 and err.getvalue().startswith("paraplan: stopped by"):
+        # the CLI caught a stop signal meant for the whole sweep (its handler is the one
+        # installed while a call runs): stop the sweep, not just this row
+        raise Stopped(rc - 128)
     return Call(argv, rc, out.getvalue(), err.getvalue(), time.perf_counter() - t0, tb)
 
 
@@ -495,5 +500,16 @@ def render(est, srch, sims, md: bool, failures_only: bool, wall: float,
     return "\n".join(out)
 
 
+def run() -> int:
+    """``main`` as a command: a stop signal (SIGINT, SIGTERM, SIGHUP), during a call or
+    between two, ends the sweep with ``128 + signum`` and writes no report or records."""
+    try:
+        with stop_on_signals():
+            return main()
+    except Stopped as e:
+        print(f"preset_matrix: stopped by {e}; nothing written", file=sys.stderr)
+        return e.exit_status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

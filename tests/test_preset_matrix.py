@@ -245,3 +245,35 @@ def test_stack_without_context_parallelism_refuses_a_kv_exchange(capsys):
     with pytest.raises(SpecError, match=r"framework.cp_comms=\('p2p',\): a stack without "
                                         r"context parallelism"):
         dataclasses.replace(get_profile("hai-llm"), cp_comms=("p2p",))
+
+
+def test_a_stop_signal_caught_by_a_call_stops_the_sweep(monkeypatch, tmp_path, capsys):
+    """A SIGTERM that lands while a call runs is caught by the CLI's own handler (exit 143,
+    'paraplan: stopped by SIGTERM'); the sweep used to record it as one failing row and go
+    on. Now the call raises ``Stopped`` and the command exits 143 writing no records."""
+    import sys
+
+    from simulator.workers import Stopped
+
+    def stopped_cli(argv):
+        print("paraplan: stopped by SIGTERM", file=sys.stderr)
+        return 143
+
+    monkeypatch.setattr(pm, "cli_main", stopped_cli)
+    with pytest.raises(Stopped) as e:
+        pm.call(["estimate", "--model", "gpt-1.7b"])
+    assert e.value.signum == 15 and e.value.exit_status == 143
+    # an ordinary failing call is still a row
+    monkeypatch.setattr(pm, "cli_main", lambda argv: 2)
+    assert pm.call(["estimate"]).rc == 2
+    # the command: exit 143, one line on stderr, no records file
+    rec = tmp_path / "records.jsonl"
+    monkeypatch.setattr(pm, "cli_main", stopped_cli)
+    monkeypatch.setattr(sys, "argv", ["preset_matrix.py", "--models", "gpt-1.7b",
+                                      "--clusters", "dgx-a100:1", "--search", "0",
+                                      "--simulate", "0", "--long-context", "off",
+                                      "--records", str(rec)])
+    assert pm.run() == 143
+    err = capsys.readouterr().err
+    assert "preset_matrix: stopped by SIGTERM; nothing written" in err
+    assert "Traceback" not in err and not rec.exists()
