@@ -67,9 +67,9 @@ from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
 from strategies.cost.gemm_kernel import GEMM_GENERATION
 from strategies.cost.gemm_shapes import layer_gemm_parts
+from strategies.cost.norm_barrier import barrier_on, barrier_time
 from strategies.cost.sm_share import NO_SMS, WindowSMs, ub_share, window_sms
 from strategies.cost.stage import stage_cost_arrays
-from strategies.cost.norm_barrier import barrier_on, barrier_time
 from strategies.cost.system import SystemConfig, get_system
 from strategies.estimate.terms.buckets import bucket_windows
 from strategies.estimate.terms.dp_calls import DpCalls

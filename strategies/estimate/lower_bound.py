@@ -90,7 +90,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost.norm_barrier import barrier_on, stats_group
-
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost.system import SystemConfig, get_system
 from strategies.estimate.bound.chains import chain_shape, stage_chains

@@ -43,6 +43,13 @@ class GradReduce:
     ag_fill0_k: list
 
 
+def end_params(sc: StageCostArrays, pr_k: list) -> tuple[Any, Any, Any]:
+    """The parameters each kind of rank (first, middle, last) holds beyond its layers, of the
+    ``pr_k`` it steps: the embedding on the first, the LM head on the last, none between.
+    Arrays over plans."""
+    return (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
+
+
 def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
                 calls: DpCalls, st: StageTimes, win: BucketWindows, ogr_g: Any,
                 t_p2p: Any, f_layer: Any) -> GradReduce:
@@ -79,7 +86,7 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
     # reduction (``grad_window_exposed``)
     chunked = attr_by_code(sched, "reduces_chunk_after_backward").astype(bool) & (v > 1) \
         & (pp > 1)
-    end_k = (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
+    end_k = end_params(sc, pr_k)
     steps = dispatch(sched, "reduce_window_steps", pp, v)
 
     # each kind's first parameter-gather bucket and its seconds (the embedding's share, at

@@ -16,7 +16,7 @@ from strategies.cost.norm_barrier import barrier_step
 from strategies.cost.stage import StageCostArrays, sp_grad_allreduce_bytes
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import Z2_SPLIT
-from strategies.estimate.terms.grad_reduce import GradReduce
+from strategies.estimate.terms.grad_reduce import GradReduce, end_params
 from strategies.estimate.terms.ranks import rank_of_max
 from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
@@ -78,8 +78,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
         # chunk 0's gathers dispatched inside the optimizer, ahead of the other chunks'
         # update (``gather_with_optimizer``, §5.200)
         opt_on = gather_with_optimizer(on_start, with_optimizer)
-        ends = (np.minimum(sc.embedding_params, pr_k[0]), 0.0,
-                np.minimum(sc.head_params, pr_k[2]))
+        ends = end_params(sc, pr_k)
         heads = [np.where(opt_on, optimizer_head_start(
             getattr(sc, f"optimizer_{x}") * slow_opt, pr_k[k], ends[0] if k == 0 else 0.0,
             ends[2] if k == 2 else 0.0, P.vpp), 0.0) for k, x in zip(K, ("first", "mid", "last"))]
