@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """The held-out rows of ``strategies/reference/data/heldout_2026c.json`` (Megatron-Bridge's
-26.02 container tables, calibration §5.199), analytic, as Markdown:
+26.02 container tables, calibration §5.199) or of another file of Megatron-Bridge table rows
+(``heldout_2026d.json``: the 26.04 and 26.02.01 tables, §5.204), analytic, as Markdown:
 
-1. MAPE, mean and worst signed error by model family (MoE or dense), by chip, by kind, all;
+1. MAPE, mean and worst signed error by model family (MoE or dense), by chip, by kind, by
+   release (the id's first word, where the file holds more than one), all;
 2. every row: precision, plan, measured step, signed error, and the 26.04.01 row of the same
    model, system, precision and layout (``megatron_bridge_2604.json``) with its step and error;
 3. the MoE rows' missed time per micro-batch and layer on a rank,
@@ -10,10 +12,12 @@
    (``num_experts / ep``), beside the estimate's exposed terms (``estimate(...).breakdown_s``).
 
     python experiments/heldout_2026c_report.py      # a few seconds
+    python experiments/heldout_2026c_report.py strategies/reference/data/heldout_2026d.json
 
 Error = (model - measured) / measured: negative is a model faster than the run."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections import OrderedDict
@@ -57,18 +61,25 @@ def _stat(errs: list[float]) -> str:
 
 
 def main() -> None:
-    rows = load_reference(HELD)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", nargs="?", default=HELD,
+                    help="the held-out file (default: %(default)s)")
+    rows = load_reference(ap.parse_args().file)
     err = signed_errors(rows)
+    releases = {r["id"].split("_")[0] for r in rows}
+    # one release: its prefix is dropped from the row names; several: kept, and grouped by
+    short = (lambda rid: rid.split("_", 1)[1]) if len(releases) == 1 else (lambda rid: rid)
     groups: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
     for r in rows:
         if r["id"] not in err:
             continue
         e, moe = err[r["id"]][1], r["plan"]["ep"] > 1
         for g in (("family", f"{r['model']['name']} ({'MoE' if moe else 'dense'})"),
-                  ("chip", r["hardware"]["gpu"]), ("kind", "MoE" if moe else "dense")):
+                  ("chip", r["hardware"]["gpu"]), ("kind", "MoE" if moe else "dense"),
+                  ("release", r["id"].split("_")[0])):
             groups.setdefault(g, []).append(e)
     print("| group | runs | MAPE | mean | worst |\n|---|---|---|---|---|")
-    for kind in ("family", "chip", "kind"):
+    for kind in ("family", "chip", "kind") + (("release",) if len(releases) > 1 else ()):
         for (k, name), errs in groups.items():
             if k == kind:
                 print(f"| {name} | {_stat(errs)} |")
@@ -81,7 +92,7 @@ def main() -> None:
           "measured s, error |\n|---|---|---|---|---|---|")
     for r in rows:
         if r["id"] not in err:
-            print(f"| {r['id']} | not run | | | | |")
+            print(f"| {short(r['id'])} | not run | | | | |")
             continue
         p, t = r["plan"], twins.get(twin_key(r))
         plan = (f"tp{p['tp']} pp{p['pp']} cp{p['cp']} ep{p['ep']} vp{p['virtual_stages']} "
@@ -89,7 +100,7 @@ def main() -> None:
                 + (" fsdp" if p["zero_stage"] == 3 else ""))
         tw = (f"{twin_err[t['id']][0]:.3f}, {100 * twin_err[t['id']][1]:+.1f} %"
               if t and t["id"] in twin_err else "-")
-        print(f"| {r['id'].replace('mbridge2602_', '')} | {r['precision'].split(' ')[0]} | "
+        print(f"| {short(r['id'])} | {r['precision'].split(' ')[0]} | "
               f"{plan} | {err[r['id']][0]:.3f} | {100 * err[r['id']][1]:+.1f} % | {tw} |")
     print()
 
@@ -108,7 +119,7 @@ def main() -> None:
         local = job.model.num_experts // p.ep
         per = 1e3 * miss / (mb * layers)
         terms = ", ".join(f"{k} {v:.2f}" for k, v in est.breakdown_s.items() if abs(v) >= 0.05)
-        print(f"| {r['id'].replace('mbridge2602_', '')} | {mb} | {layers} | {local} | "
+        print(f"| {short(r['id'])} | {mb} | {layers} | {local} | "
               f"{miss:.2f} | {per:.2f} | {per / local:.3f} | {terms} |")
 
 

@@ -33,7 +33,8 @@ ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_
         os.path.join(DATA, "dgxc_2505.json"), os.path.join(DATA, "classic_papers.json"),
         os.path.join(DATA, "nemo_performance_25.json"), os.path.join(DATA, "automodel_perf.json"),
         os.path.join(DATA, "heldout_2026b.json"), os.path.join(DATA, "hybrid_2026.json"),
-        os.path.join(DATA, "dsv4_2026.json"), os.path.join(DATA, "heldout_2026c.json"))
+        os.path.join(DATA, "dsv4_2026.json"), os.path.join(DATA, "heldout_2026c.json"),
+        os.path.join(DATA, "heldout_2026d.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:

@@ -25,7 +25,8 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -36,11 +37,26 @@ from experiments.transcribe_heldout_2026b import (BRIDGE_DTYPE, BRIDGE_NAMES,  #
 OUT = "strategies/reference/data/heldout_2026c.json"
 INPUTS = "strategies/reference/sources/heldout_2026c_inputs.json"
 PATH = "docs/performance-summary-archive.md"
-CONTAINER = "26.02"
 #: the rows whose model configs (HF config.json) these rows take, by model name
 MODEL_ROWS = "strategies/reference/data/megatron_bridge_2604.json"
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container's section of ``PATH``: its name, the Megatron-Bridge tag it ships
+    (``docs/versions1.json``, "0.3.0 · 26.02"), the stack line, the rows' id prefix and the
+    lines of the tag's ``deepseek_v3.py`` ``layout_map``."""
+    name: str
+    tag: str
+    stack: str
+    prefix: str
+    dsv3_lines: str
+
+
 #: NeMo Framework 26.02's Megatron-Bridge (docs/releases/software-versions.md at the commit)
-TAG = "v0.3.0"
+C2602 = Container("26.02", "v0.3.0", "Megatron-Bridge v0.3.0 / Megatron Core (NeMo Framework "
+                  "26.02 container: Megatron Core main:0.16.0, Transformer Engine 2.12)",
+                  "mbridge2602", "L49-57")
 MODELS = {"LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
           "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b",
           "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b"}
@@ -80,7 +96,7 @@ def parse(name: str, cells: list[str]) -> dict[str, Any]:
 
 
 def fitting(configs: dict, b: dict) -> str | None:
-    """The v0.3.0 config whose model, system, precision and layout are the row's (V2 before
+    """The tag's config whose model, system, precision and layout are the row's (V2 before
     V1 before any other variant), or None."""
     if b["key"] not in BRIDGE_NAMES or b["prec"] not in BRIDGE_DTYPE:
         return None
@@ -97,72 +113,97 @@ def fitting(configs: dict, b: dict) -> str | None:
     return min(fit)[1] if fit else None
 
 
-def read_sources(repo: str) -> dict[str, Any]:
-    """The 26.02 tables' rows of ``MODELS`` (HEAD of a Megatron-Bridge clone), the commit,
-    whether the page force-balances MoE tokens, and the fitting v0.3.0 configs' ``FIELDS``."""
+def read_sources(repo: str, c: Container = C2602) -> dict[str, Any]:
+    """Container ``c``'s tables' rows of ``MODELS`` (HEAD of a Megatron-Bridge clone), the
+    commit, whether the page force-balances MoE tokens, and the fitting configs' ``FIELDS`` at
+    ``c.tag``."""
     from experiments.bridge_recipe_trace import workload_configs
     txt = _git(repo, "show", f"HEAD:{PATH}")
-    sec = txt.split(f"## {CONTAINER} NeMo Container")[1].split("\n## ")[0]
+    sec = txt.split(f"## {c.name} NeMo Container\n")[1].split("\n## ")[0]
     tables: dict[str, list[list[str]]] = {}
     for block in sec.split("#### Model: ")[1:]:
         name = block.split("\n")[0].strip()
         if name in MODELS:
-            tables[name] = [[c.strip() for c in ln.strip().strip("|").split("|")]
+            tables[name] = [[x.strip() for x in ln.strip().strip("|").split("|")]
                             for ln in block.splitlines() if ln.startswith("| DGX")]
-    configs = workload_configs(repo, TAG, CONFIG_FILES)
+    configs = workload_configs(repo, c.tag, CONFIG_FILES)
     used = {}
     for name, rows in tables.items():
         for cells in rows:
             fit = fitting(configs, parse(name, cells))
             if fit is not None:
                 used[fit] = {k: configs[fit].get(k) for k in FIELDS}
+                used[fit].update(recipe_dispatcher(repo, c.tag, fit, configs[fit]["file"]))
     return {"path": PATH, "commit": _git(repo, "rev-parse", "HEAD").strip()[:12],
-            "tag": TAG, "force_balanced": FORCED in txt, "tables": tables,
+            "tag": c.tag, "force_balanced": FORCED in txt, "tables": tables,
             "configs": dict(sorted(used.items()))}
 
 
-def switches(configs: dict, b: dict) -> tuple[dict, str]:
+def recipe_dispatcher(repo: str, tag: str, name: str, file: str) -> dict[str, str]:
+    """``{"moe_token_dispatcher_type": value}`` where the per-system recipe function of config
+    ``name`` (``<model>_pretrain_config_<gpu>`` in the family's ``*_llm_pretrain.py`` at
+    ``tag``) assigns the dispatcher type in a top-level statement, else ``{}``: from v0.3.1
+    the Qwen3 recipes set ``"alltoall"`` on some systems while the config names a flex
+    backend, which then goes unused."""
+    from experiments.bridge_recipe_trace import git_show, literal, trace
+    path = "scripts/performance/configs/" + file.replace("_workload_base_configs.py",
+                                                          "_llm_pretrain.py")
+    model, gpu = name.split("_PRETRAIN_CONFIG_")[0], name.split("_PRETRAIN_CONFIG_")[1]
+    fn = f"{model.lower()}_pretrain_config_{gpu.split('_')[0].lower()}"
+    got = trace({path: git_show(repo, tag, path)}, fn).get("model.moe_token_dispatcher_type")
+    return {"moe_token_dispatcher_type": literal(got[0])} if got else {}
+
+
+def switches(configs: dict, b: dict, c: Container = C2602) -> tuple[dict, str]:
     """The MoE plan fields of the config that fits a row, and the note naming it (or the
     defaults' note)."""
     name = fitting(configs, b)
     if name is None:
-        return {}, ("No Megatron-Bridge v0.3.0 performance config has this row's layout (or "
+        return {}, (f"No Megatron-Bridge {c.tag} performance config has this row's layout (or "
                     "the model has none: Llama): recompute, overlaps and CUDA graphs are the "
                     "stack's defaults.")
-    c = configs[name]
+    cf = configs[name]
+    unused = (cf.get("moe_token_dispatcher_type") == "alltoall"
+              and cf["moe_flex_dispatcher_backend"] is not None)
     out: dict[str, Any] = {
-        "moe_dispatcher": c["moe_flex_dispatcher_backend"] or "alltoall",
-        "ep_overlap": bool(c["moe_a2a_overlap"]),
-        "cuda_graph": c["cuda_graph_impl"] == "full_iteration"}
-    if c["expert_tensor_parallel_size"] is not None:
-        out["etp"] = c["expert_tensor_parallel_size"]
-    if c["recompute_modules"] == []:
+        "moe_dispatcher": ("alltoall" if unused
+                           else cf["moe_flex_dispatcher_backend"] or "alltoall"),
+        "ep_overlap": bool(cf["moe_a2a_overlap"]),
+        "cuda_graph": cf["cuda_graph_impl"] == "full_iteration"}
+    if cf["expert_tensor_parallel_size"] is not None:
+        out["etp"] = cf["expert_tensor_parallel_size"]
+    if cf["recompute_modules"] == []:
         out["recompute"] = "none"
-    elif c["recompute_modules"]:
+    elif cf["recompute_modules"]:
         out["recompute"] = "selective"
-        out["recompute_modules"] = "+".join(c["recompute_modules"])
+        out["recompute_modules"] = "+".join(cf["recompute_modules"])
     where = "the config's"
-    if c["pp_layout"]:
-        out["pp_layout"] = c["pp_layout"]
+    if cf["pp_layout"]:
+        out["pp_layout"] = cf["pp_layout"]
     elif b["key"] == "deepseek-v3" and (b["pp"], b["vp"] or 1) in DSV3_MAP:
         out["pp_layout"] = DSV3_MAP[(b["pp"], b["vp"] or 1)]
-        where = ("set_deepseek_v3_pipeline_model_parallel_layout's layout_map (v0.3.0 "
-                 "src/megatron/bridge/recipes/deepseek/deepseek_v3.py L49-57)")
+        where = (f"set_deepseek_v3_pipeline_model_parallel_layout's layout_map ({c.tag} "
+                 f"src/megatron/bridge/recipes/deepseek/deepseek_v3.py {c.dsv3_lines})")
     note = (f"MoE switches (moe_dispatcher, ep_overlap, cuda_graph, etp, recompute, "
             f"recompute_modules, pp_layout) from the config whose layout is the row's: "
-            f"NVIDIA-NeMo/Megatron-Bridge@{TAG} scripts/performance/configs/{c['file']} {name} "
-            f"(the Megatron-Bridge of NeMo 26.02; V2 before V1), read by importing the file at "
-            f"the tag; the config's cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope="
-            f"{c['cuda_graph_scope']} (only 'full_iteration' is the plan's cuda_graph; "
-            f"Transformer Engine's per-layer graphs are not modelled).")
+            f"NVIDIA-NeMo/Megatron-Bridge@{c.tag} scripts/performance/configs/{cf['file']} "
+            f"{name} (the Megatron-Bridge of NeMo {c.name}; V2 before V1), read by importing the "
+            f"file at the tag; the config's cuda_graph_impl={cf['cuda_graph_impl']}, "
+            f"cuda_graph_scope={cf['cuda_graph_scope']} (only 'full_iteration' is the plan's "
+            "cuda_graph; Transformer Engine's per-layer graphs are not modelled).")
+    if unused:
+        note += (f" moe_dispatcher alltoall: the system's recipe function sets "
+                 f"moe_token_dispatcher_type='alltoall' ({cf['file'].split('/')[0]}/*_llm_pretrain"
+                 f".py at {c.tag}), so the config's moe_flex_dispatcher_backend="
+                 f"{cf['moe_flex_dispatcher_backend']} goes unused.")
     if "pp_layout" in out:
         note += (f" pp_layout {out['pp_layout']}: {where} Megatron layout (61 layers, the MTP "
                  "layer m and the loss L), which the reader runs as stated.")
     return out, note
 
 
-def transcribe(src: dict[str, Any]) -> list[dict]:
-    """The rows of ``OUT`` from ``read_sources``' object."""
+def transcribe(src: dict[str, Any], c: Container = C2602) -> list[dict]:
+    """The rows of container ``c`` from ``read_sources``' object."""
     with open(os.path.join(ROOT, MODEL_ROWS), encoding="utf-8") as f:
         models = {r["model"]["name"]: r["model"] for r in json.load(f)}
     out = []
@@ -172,19 +213,18 @@ def transcribe(src: dict[str, Any]) -> list[dict]:
         n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs",
                                                        "gbs"))
         dp = n // (tp * pp * cp)
-        sw, sw_note = switches(src["configs"], b)
-        rid = (f"mbridge2602_{b['key'].replace('.', '').replace('-', '')}_"
+        sw, sw_note = switches(src["configs"], b, c)
+        rid = (f"{c.prefix}_{b['key'].replace('.', '').replace('-', '')}_"
                f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
         moe = ep > 1
         out.append({
             "id": rid, "kind": "measured", "tier": 2,
             "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
-                       "table": f"{src['path']} ({CONTAINER} NeMo container), commit "
+                       "table": f"{src['path']} ({c.name} NeMo container), commit "
                                 f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
                                 f"GPUs {b['prec']} GBS {gbs}",
                        "row": "| " + " | ".join(cells) + " |"},
-            "stack": f"Megatron-Bridge {TAG} / Megatron Core (NeMo Framework 26.02 "
-                     "container: Megatron Core main:0.16.0, Transformer Engine 2.12)",
+            "stack": c.stack,
             "model": {**models[b["key"]], "seq_len": b["seq"]},
             "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
                          "interconnect": inter},
@@ -214,27 +254,32 @@ def transcribe(src: dict[str, Any]) -> list[dict]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def cli(doc: str, out: str, inputs: str, read: Callable[[str], Any],
+        rows: Callable[[Any], list[dict]]) -> None:
+    """The command line of a held-out transcriber: ``read`` a clone (``--sources``) or the
+    kept ``inputs``, write ``rows`` of it to ``out`` (and with ``--save-inputs`` what was
+    read)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sources", metavar="MEGATRON_BRIDGE",
                     help="read the source from this clone (e.g. /work/.mirror/NVIDIA-NeMo+"
-                         f"Megatron-Bridge/repo) instead of {INPUTS}")
+                         f"Megatron-Bridge/repo) instead of {inputs}")
     ap.add_argument("--save-inputs", metavar="FILE", help="with --sources: write what was read")
-    ap.add_argument("--out", default=os.path.join(ROOT, OUT), metavar="FILE")
+    ap.add_argument("--out", default=os.path.join(ROOT, out), metavar="FILE")
     args = ap.parse_args()
     if args.save_inputs and not args.sources:
         ap.error("--save-inputs needs --sources")
     if args.sources:
-        src = read_sources(args.sources)
+        src = read(args.sources)
     else:
-        with open(os.path.join(ROOT, INPUTS)) as f:
+        with open(os.path.join(ROOT, inputs)) as f:
             src = json.load(f)
-    for path, obj in ((args.save_inputs, src), (args.out, transcribe(src))):
+    for path, obj in ((args.save_inputs, src), (args.out, rows(src))):
         if path:
             with open(path, "w") as f:
                 f.write(dump(obj))
     print(len(json.load(open(args.out))), "rows ->", args.out)
 
+
 if __name__ == "__main__":
-    main()
+    cli(__doc__, OUT, INPUTS, read_sources, transcribe)

@@ -1,0 +1,105 @@
+"""Held-out published runs (``strategies/reference/data/heldout_2026d.json``, calibration
+§5.204): Megatron-Bridge's 26.04 and 26.02.01 container tables. The transcriber writes the
+file byte for byte from the inputs the repository keeps; every row names its container and
+the Megatron-Bridge tag that container ships, derives its step by the stated formula and
+builds a job with the plan its source states; no other reference file holds a row of either
+container; a recipe that sets the all-to-all dispatcher overrides its config's flex backend."""
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+
+import pytest
+
+from experiments import transcribe_heldout_2026c as c26
+from experiments import transcribe_heldout_2026d as tr
+from strategies.reference.cases import case_from_entry, load_reference
+from tests.bridge_table_rows import assert_table_row
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
+ROWS = load_reference(os.path.join(ROOT, tr.OUT))
+BY_ID = {r["id"]: r for r in ROWS}
+MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
+H100_235B = "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2"
+
+with open(os.path.join(ROOT, tr.INPUTS), encoding="utf-8") as _f:
+    INPUTS = json.load(_f)
+
+
+def test_the_transcriber_writes_the_data_file() -> None:
+    with open(os.path.join(ROOT, tr.OUT), encoding="utf-8") as f:
+        assert c26.dump(tr.transcribe(copy.deepcopy(INPUTS))) == f.read()
+
+
+def test_rows_name_their_container_and_tag_and_derive_the_step() -> None:
+    assert len(ROWS) == len(BY_ID) == 62
+    assert sum(r["plan"]["ep"] > 1 for r in ROWS) == 36
+    for c in tr.CONTAINERS:
+        mine = [r for r in ROWS if r["id"].startswith(c.prefix + "_")]
+        assert len(mine) == 31
+        for r in mine:
+            assert_table_row(r)
+            assert f"({c.name} NeMo container), commit " in r["source"]["table"]
+            assert r["stack"].startswith(f"Megatron-Bridge {c.tag} ")
+            if "moe_dispatcher" in r["plan"]:
+                assert f"@{c.tag} scripts/performance/configs/" in r["notes"]
+
+
+def test_no_other_file_holds_a_row_of_these_containers() -> None:
+    marks = [f"({c.name} NeMo container)" for c in tr.CONTAINERS]
+    for path in glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json")):
+        if path.endswith(os.path.basename(tr.OUT)):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        assert not any(m in text for m in marks), path
+
+
+def test_every_row_builds_its_plan_and_switches() -> None:
+    for r in ROWS:
+        case = case_from_entry(r, ROWS)
+        assert not case.skipped, (r["id"], case.skipped)
+        pl, p = r["plan"], case.job.plan
+        assert (p.tp, p.pp, p.dp, p.cp, p.ep, p.mbs, p.gbs, p.vpp) == (
+            pl["tp"], pl["pp"], pl["dp"], pl["cp"], pl["ep"], pl["microbatch"],
+            pl["global_batch"], pl["virtual_stages"])
+        assert case.measured_step_s == pytest.approx(r["derived"]["step_time_s"], rel=1e-4)
+        assert p.zero == 3 if pl["zero_stage"] == 3 else p.zero in (0, 1)
+        if "moe_dispatcher" in pl:
+            assert (p.moe_dispatcher, p.ep_overlap, p.cuda_graph) == (
+                pl["moe_dispatcher"], pl["ep_overlap"], pl["cuda_graph"])
+
+
+def test_a_recipe_s_alltoall_overrides_the_config_s_flex_backend() -> None:
+    """v0.3.1's Qwen3-235B H100 config names DeepEP, its recipe function sets the all-to-all
+    dispatcher: the row runs all-to-all, said; without the recipe's setting it would run
+    DeepEP."""
+    rid = "mbridge260201_qwen3235ba22b_h100_256_fp8"
+    cfg = INPUTS["26.02.01"]["configs"][H100_235B]
+    assert (cfg["moe_flex_dispatcher_backend"], cfg["moe_token_dispatcher_type"]) == (
+        "deepep", "alltoall")
+    assert BY_ID[rid]["plan"]["moe_dispatcher"] == "alltoall"
+    assert "moe_flex_dispatcher_backend=deepep goes unused" in BY_ID[rid]["notes"]
+    src = copy.deepcopy(INPUTS)
+    del src["26.02.01"]["configs"][H100_235B]["moe_token_dispatcher_type"]
+    row = next(r for r in tr.transcribe(src) if r["id"] == rid)
+    assert row["plan"]["moe_dispatcher"] == "deepep" and "goes unused" not in row["notes"]
+    # the same layout in 26.04 (v0.4.0): no flex backend named, all-to-all, nothing to say
+    other = BY_ID["mbridge2604_qwen3235ba22b_h100_256_fp8"]
+    assert other["plan"]["moe_dispatcher"] == "alltoall" and "goes unused" not in other["notes"]
+
+
+@pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-Bridge clone (mirror)")
+def test_the_recipe_s_dispatcher_is_read_at_the_tag() -> None:
+    file = "qwen/qwen3_workload_base_configs.py"
+    assert c26.recipe_dispatcher(MIRROR, "v0.3.1", H100_235B, file) == {
+        "moe_token_dispatcher_type": "alltoall"}
+    # v0.3.0 passes the backend to the library recipe and assigns no dispatcher type
+    assert c26.recipe_dispatcher(MIRROR, "v0.3.0", H100_235B, file) == {}
+
+
+@pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-Bridge clone (mirror)")
+def test_the_kept_inputs_are_the_source() -> None:
+    assert tr.read_sources(MIRROR) == INPUTS
