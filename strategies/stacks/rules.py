@@ -333,8 +333,9 @@ def param_gather_optimizer_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
          ~on | np.asarray(v.overlap_param_gather, bool),
          lambda: "needs overlap_param_gather=true (" + say + "--overlap-param-gather for it)"),
         ("param_gather_with_optimizer", v.param_gather_with_optimizer,
-         ~on | ((np.asarray(v.vpp) > 1) & (v.schedule == schedule_code("interleaved"))),
-         lambda: "needs the interleaved schedule with vpp > 1 (" + say
+         ~on | ((np.asarray(v.pp) > 1) & (np.asarray(v.vpp) > 1)
+                & (v.schedule == schedule_code("interleaved"))),
+         lambda: "needs the interleaved schedule, pp > 1 and vpp > 1 (" + say
                  + "--virtual-pipeline-model-parallel-size for it)")]
 
 
