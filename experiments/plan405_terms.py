@@ -123,7 +123,7 @@ def ladder(old: Job, new: Job) -> list[tuple[str, Job]]:
     """The old plan moved to the new one field at a time on the old row's 256 GB200 (the
     micro-batches per pipeline kept at 32 until the last step): the scaling recipe, cp 2 → 1,
     pp 8 vp 8 → pp 16 vp 4, GBS 1536, then, where the two stacks differ in it, Megatron-Core's
-    ``overlap_param_gather_with_optimizer_step`` as ``new``'s stack sets it (NeMo 2's
+    ``overlap_param_gather_with_optimizer_step`` as ``new``'s plan sets it (NeMo 2's
     performance scripts on, Megatron-Bridge off: docs/calibration.md §5.200); the last job is
     ``new``'s plan on ``old``'s cluster and stack with that switch."""
     dt = new.dtype
@@ -136,15 +136,15 @@ def ladder(old: Job, new: Job) -> list[tuple[str, Job]]:
               rejob(old, dt, cp=1, pp=p.pp, vpp=p.vpp, gbs=m * 4)),
              ("+ GBS 1536 (m 384) = new plan",
               rejob(old, dt, cp=1, pp=p.pp, vpp=p.vpp, gbs=p.gbs))]
-    opt = new.framework.param_gather_with_optimizer
-    if old.framework.param_gather_with_optimizer != opt:
+    opt = new.plan.param_gather_with_optimizer
+    if steps[-1][1].plan.param_gather_with_optimizer != opt:
         last = steps[-1][1]
         steps[-1] = ("+ GBS 1536 (m 384)", last)
         steps.append((f"+ overlap_param_gather_with_optimizer_step {'on' if opt else 'off'}"
                       " = new plan",
-                      make_job(last.model, last.cluster, last.plan, dtype=last.dtype,
-                               framework=replace(last.framework,
-                                                 param_gather_with_optimizer=opt),
+                      make_job(last.model, last.cluster,
+                               replace(last.plan, param_gather_with_optimizer=opt),
+                               dtype=last.dtype, framework=last.framework,
                                system=last.system)))
     return steps
 

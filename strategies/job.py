@@ -12,8 +12,8 @@ from strategies.stacks.comm_rules import stack_grad_bytes
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.plan_defaults import stack_default_refusal
 from strategies.stacks.cp_windows import check_window_exchange
-from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
-                                     stack_tp_overlap)
+from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules,
+                                     param_gather_optimizer_rules, plan_view, stack_tp_overlap)
 from strategies.stacks.variants import with_cp_comm, with_fp8_attention
 from strategies.layout import build_layout
 from strategies.layout.record import PipelineLayout
@@ -185,8 +185,10 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
         check_plan(fw, plan)
-    else:       # the combined 1F1B's own limits hold whatever stack runs it
-        raise_first(ep_overlap_rules(fw, plan_view(plan)))
+    else:       # the combined 1F1B's and Megatron-LM's gathers-with-optimizer limits hold
+        # whatever stack runs them
+        raise_first(ep_overlap_rules(fw, plan_view(plan))
+                    + param_gather_optimizer_rules(fw, plan_view(plan)))
     # the exchanges the stack runs windowed layers over (stacks.cp_windows, §5.196)
     check_window_exchange(model, fw, plan.cp, plan.cp_comm)
     fw = with_cp_comm(fw, plan.cp_comm)     # the plan's K/V exchange (checked above)

@@ -113,8 +113,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     # (Megatron-Core reduces and shards over dp·cp: placement.dense_dp_group)
     if p.overlap_grad_reduce and p.dp * p.cp > 1:
         a.append("--overlap-grad-reduce")
-    if p.overlap_param_gather and p.zero >= 1 and p.dp * p.cp > 1:
+    if p.overlap_param_gather and p.zero >= 1 and (p.dp * p.cp > 1
+                                                   or p.param_gather_with_optimizer):
         a.append("--overlap-param-gather")
+    if p.param_gather_with_optimizer:   # (stacks.rules: zero=1, interleaved; arguments.py
+        # L622-630 asserts --overlap-param-gather and no distributed checkpoint with it:
+        # use_dist_ckpt is ckpt_format != "torch")
+        a += ["--overlap-param-gather-with-optimizer-step", "--ckpt-format torch"]
     if p.tp_comm_overlap:
         a.append("--tp-comm-overlap")
     if p.flash_attn:

@@ -52,7 +52,8 @@ EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IM
                    ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
                    ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False),
                    ("moe_routing", "route", 0), ("delay_wgrad", "dw", False),
-                   ("moe_pad_to_capacity", "pad", False))
+                   ("moe_pad_to_capacity", "pad", False),
+                   ("param_gather_with_optimizer", "pgo", False))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
         "moe_dispatcher", "moe_routing", "cp_comm")
 
@@ -93,6 +94,8 @@ class PlanArrays:
     moe_routing: np.ndarray = None          # index in plan.choices.ROUTINGS (0: random)
     delay_wgrad: np.ndarray = None          # with ep_overlap: --delay-wgrad-compute
     moe_pad_to_capacity: np.ndarray = None  # drop-and-pad: every expert at its capacity
+    # Megatron-Core's --overlap-param-gather-with-optimizer-step (plan param_gather_with_optimizer)
+    param_gather_with_optimizer: np.ndarray = None
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -183,10 +186,10 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
-        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad`` optional: tp, the default imbalance,
+        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad pgo`` optional: tp, the default imbalance,
         no dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA
         graph, random routing, the overlap's weight gradient delayed, no padding to
-        capacity)."""
+        capacity, no parameter gathers inside the optimizer step)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
@@ -203,7 +206,7 @@ class PlanArrays:
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans), ``etp`` (resolved) among
         them as in every space; the other expert columns are left out (their defaults), and
-        the exchange ``cpc`` where a plan names one."""
+        the exchange ``cpc`` and ``pgo`` where a plan names one."""
         n = np.shape(self.tp)
         cols = {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
                         else (getattr(self, name) + np.zeros(n)).astype(np.int64))
@@ -212,6 +215,8 @@ class PlanArrays:
             cols["cpc"] = (self.cp_comm + np.zeros(n)).astype(np.int64)
         if np.any(self.hierarchical_cp != 1):
             cols["cpk"] = (self.hierarchical_cp + np.zeros(n)).astype(np.int64)
+        if np.any(self.param_gather_with_optimizer):
+            cols["pgo"] = self.param_gather_with_optimizer + np.zeros(n, dtype=bool)
         return cols
 
 

@@ -27,18 +27,21 @@ SMALL = replace(model_preset("llama3-8b"), num_layers=16, seq_length=256, vocab_
 ONE_BUCKET = SystemConfig(bucket_params=1e12)
 
 
-def _on(name: str):
-    return replace(get_profile(name), param_gather_with_optimizer=True)
+#: the plan key that turns Megatron-Core's overlap_param_gather_with_optimizer_step on
+ON = ",param_gather_with_optimizer=true"
 
 
 def test_rule_and_defaults():
-    """Only where the schedule dispatches the gathers and the stack sets it; no stack sets it
-    by default; the NeMo 2 performance-script rows do, Megatron-Bridge's do not."""
+    """Only where the schedule dispatches the gathers and the plan sets it; off in a plan by
+    default; Megatron-Core and NeMo run it, the other stacks not; the NeMo 2
+    performance-script rows set it, Megatron-Bridge's do not."""
     at = np.array([True, True, False, False])
     sets = np.array([True, False, True, False])
     assert gather_with_optimizer(at, sets).tolist() == [True, False, False, False]
-    for name in ("megatron-core", "nemo", "megatron-lm-2021", "torchtitan"):
-        assert get_profile(name).param_gather_with_optimizer is False
+    assert parse_plan("tp=1").param_gather_with_optimizer is False
+    for name, runs in (("megatron-core", True), ("nemo", True), ("megatron-lm-2021", False),
+                       ("torchtitan", False), ("hai-llm", False)):
+        assert get_profile(name).param_gather_with_optimizer is runs
     dgxc = {"source": {"ref": "NVIDIA/dgxc-benchmarking (NeMo)",
                        "table": "llama3.1/README.md @v25.05.05 (commit c5c765f2684f)"}}
     bridge = {"source": {"ref": "NVIDIA-NeMo/Megatron-Bridge", "table": "(26.04)"}}
@@ -77,8 +80,8 @@ def test_delay_closed_form_gather_longer_and_shorter(head):
 
 
 def _job(plan: str, nodes: int, fw):
-    return make_job(SMALL, cluster_preset("dgx-h100", nodes), parse_plan(plan), framework=fw,
-                    system=ONE_BUCKET)
+    return make_job(SMALL, cluster_preset("dgx-h100", nodes), parse_plan(plan),
+                    framework=get_profile(fw), system=ONE_BUCKET)
 
 
 @pytest.mark.parametrize("plan,nodes,longer", [
@@ -91,7 +94,7 @@ def test_simulated_in_closed_form(plan, nodes, longer):
     optimizer, by hand), chunk 1's gather right after chunk 0's, and rank 0's first forward
     starts at ``max(H, A0)`` (1e-12): the gather outlasts the update (4 nodes) or not
     (one node, four chunks). The step's optimizer at its end is the rest, ``opt − H``."""
-    j = _job(plan, nodes, _on("megatron-core"))
+    j = _job(plan + ON, nodes, "megatron-core")
     c, p = stage_costs(j), j.plan
     body = SMALL.num_layers // (p.pp * p.vpp) * c.layer_params
 
@@ -140,14 +143,14 @@ def test_estimate_against_simulation(base):
         prof = get_profile(base)
         prof = replace(prof, step=replace(prof.step, norm_barrier=barrier))
         off = _job(plan, 4, prof)
-        on = _job(plan, 4, replace(prof, param_gather_with_optimizer=True))
+        on = _job(plan + ON, 4, prof)
         s_off = simulate(off, network="contention-free").step_time_s
         s_on = simulate(on, network="contention-free").step_time_s
         e_off, e_on = estimate(off).step_time_s, estimate(on).step_time_s
         assert s_on < s_off
         assert (e_on - e_off) == pytest.approx(s_on - s_off, abs=tol * s_on)
     plan = "tp=1,pp=4,dp=4,mbs=1,gbs=64,zero=1,schedule=interleaved,vpp=2"
-    j = make_job(SMALL, cluster_preset("dgx-h100", 2), parse_plan(plan), framework=_on(base))
+    j = make_job(SMALL, cluster_preset("dgx-h100", 2), parse_plan(plan + ON), framework=base)
     sim, est = simulate(j, network="contention-free").step_time_s, estimate(j).step_time_s
     assert est == pytest.approx(sim, rel=1e-3), est / sim - 1
 
@@ -157,8 +160,8 @@ def test_extension_equals_full_simulation():
     exact: every figure within 1e-11 of the step, as ``tests/test_extend.py`` asks."""
     from simulator.extend import can_extend, simulate_figures
     j = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2),
-                 parse_plan("tp=2,pp=4,dp=2,gbs=80,zero=1,schedule=interleaved,vpp=3"),
-                 framework=_on("nemo"))
+                 parse_plan("tp=2,pp=4,dp=2,gbs=80,zero=1,schedule=interleaved,vpp=3" + ON),
+                 framework="nemo")
     assert can_extend(j)
     ext, full = simulate_figures(j), simulate_figures(j, exact=True)
     step = full["step_time_s"]

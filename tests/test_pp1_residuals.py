@@ -56,13 +56,13 @@ def test_the_same_job_in_two_releases_is_one_estimate(recs: list) -> None:
     assert {x["id"] for x in big} == {"dgxc_nemo2411_nemotron4_340B_bf16_2048gpu",
                                       "dgxc2504_nemotron_340b_h100_2048_bf16"}
     # one job but for one switch, one estimate; two measurements that differ by more than 8 %.
-    # The releases' stacks differ only in Megatron-Core's overlap_param_gather_with_optimizer_step
+    # The releases' plans differ only in Megatron-Core's overlap_param_gather_with_optimizer_step
     # (NeMo 2's performance scripts of 25.04 set it, docs/calibration.md §5.200): with the
     # same switch the two estimates are one, and the switch moves the step by under 0.1 %
     a, b = big[0]["job"], big[1]["job"]
-    assert a.framework.param_gather_with_optimizer != b.framework.param_gather_with_optimizer
-    b_as_a = replace(b, framework=replace(b.framework, param_gather_with_optimizer=a.framework
-                                          .param_gather_with_optimizer))
+    assert a.plan.param_gather_with_optimizer != b.plan.param_gather_with_optimizer
+    b_as_a = replace(b, plan=replace(b.plan, param_gather_with_optimizer=a.plan
+                                     .param_gather_with_optimizer))
     assert estimate(b_as_a).step_time_s == big[0]["est"]
     assert abs(big[0]["est"] / big[1]["est"] - 1) < 1e-3
     assert abs(big[0]["meas"] / big[1]["meas"] - 1) > 0.08
@@ -76,5 +76,5 @@ def test_the_same_job_in_two_releases_is_one_estimate(recs: list) -> None:
         # on the 340B pair above, 0.25 % on the three-release group)
         for on in (False, True):
             assert len({x["est"] for x in g
-                        if x["job"].framework.param_gather_with_optimizer == on}) <= 1
+                        if x["job"].plan.param_gather_with_optimizer == on}) <= 1
         assert max(x["est"] for x in g) / min(x["est"] for x in g) - 1 < 5e-3

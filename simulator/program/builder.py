@@ -136,7 +136,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # chunk 0's gathers dispatched inside the optimizer step, chunk 0 one bucket
         # (``stacks.param_gather.gather_with_optimizer``, §5.200): ``optimizer_prologue``
         self.with_opt = bool(gather_with_optimizer(self.at_start,
-                                                   job.framework.param_gather_with_optimizer)) \
+                                                   p.param_gather_with_optimizer)) \
             and self.grad_sync and p.zero >= 1
         self.opt_head = 0.0         # seconds of the optimizer run before the step (rotated)
         # the stack's bucketing by pipeline rank and chunk (``BucketRule.chunk_bucketed``:

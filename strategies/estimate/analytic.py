@@ -164,7 +164,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     z3 = zero3_exposed(sc, P, calls, st, span.pipe, win.slack, mb)
     dp_exposed, t_opt, n_slow, fill = step_tail(sc, P, calls, st, win.slack, gr, zero2, z3,
                                                 mb, zero_g, t_p2p, f_layer,
-                                                profile.param_gather_with_optimizer,
+                                                P.param_gather_with_optimizer,
                                                 barrier_time(barrier_on(profile.step), P.tp,
                                                              P.pp, P.cp, dp, zero, cl))
     dp_exposed = per_step_allreduces(dp_exposed, sc, P, cl, n_k)

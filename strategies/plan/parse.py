@@ -30,6 +30,7 @@ ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp
           "cp_comm_type": "cp_comm",
           "overlap_moe_expert_parallel_comm": "ep_overlap",
           "delay_wgrad_compute": "delay_wgrad",
+          "overlap_param_gather_with_optimizer_step": "param_gather_with_optimizer",
           # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
           "pipeline_layout": "layout", "pipeline_model_parallel_layout": "layout",
           "decoder_first_pipeline_num_layers": "first_stage_layers",

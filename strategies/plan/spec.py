@@ -48,6 +48,12 @@ class Plan:
     flash_attn: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    # Megatron-Core's --overlap-param-gather-with-optimizer-step: interleaved chunk 0's
+    # parameter gathers dispatched inside the optimizer step (off by default, as Megatron-Core's
+    # OptimizerConfig; the stack rules hold its needs, ``stacks.rules.param_gather_optimizer_
+    # rules``; the physics ``stacks.param_gather.gather_with_optimizer``, docs/calibration.md
+    # §5.200)
+    param_gather_with_optimizer: bool = False
     tp_comm_overlap: bool = False
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): one micro-batch's
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
@@ -231,7 +237,7 @@ class Plan:
 
 BOOL_FIELDS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap", "delay_wgrad", "cuda_graph", "fp8_attention", "account_embedding",
-          "account_loss", "moe_pad_to_capacity"}
+          "account_loss", "moe_pad_to_capacity", "param_gather_with_optimizer"}
 
 
 def check_hierarchical_cp(p: "Plan") -> None:

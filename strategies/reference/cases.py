@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 
 from strategies.cost.system import SystemConfig
 from strategies.errors import SpecError
+from strategies.stacks.rules import param_gather_optimizer_rules, plan_view
 from strategies.stacks.variants import compiled
 from strategies.job import Job, make_job
 from strategies.reference.bridge_recipes import recipe_for
@@ -170,15 +171,17 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             plan = entry_plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
-    if param_gather_with_optimizer(c) and plan.vpp > 1:
-        fw = replace(fw, param_gather_with_optimizer=True)
-        notes.append(f"interleaved chunk 0's parameter gathers inside the optimizer step "
-                     f"({OPG_OPTIMIZER_SOURCE})")
     plan = with_stated_cp(llama_recipe_switches(c, plan, notes), fw, pl, notes)
     try:
         plan = routing_balance(c, model, plan, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
+    if param_gather_with_optimizer(c):      # where the stack's rules allow it (the plan key)
+        on = replace(plan, param_gather_with_optimizer=True)
+        if all(bool(ok) for _, _, ok, _ in param_gather_optimizer_rules(fw, plan_view(on))):
+            plan = on
+            notes.append(f"interleaved chunk 0's parameter gathers inside the optimizer step "
+                         f"({OPG_OPTIMIZER_SOURCE})")
     notes.append(f"framework {fw.name} ({fw.description})"
                  + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None

@@ -14,12 +14,13 @@ from strategies.plan import Plan
 from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedule_code, schedule_names
 from strategies.stacks.profile import FrameworkProfile
-from strategies.stacks.rules import ep_overlap_rules, plan_view, stack_rules
+from strategies.stacks.rules import (ep_overlap_rules, param_gather_optimizer_rules,
+                                     plan_view, stack_rules)
 
 #: the switches the grid takes both ways where ``--fix`` leaves them free (a rule reads them
 #: with other fields); the others (TP overlap, FlashAttention, CUDA graph, the dispatcher)
 #: stay at the value every stack runs (off, alltoall): only their own feature rules read them
-_BOOLS = ("sp", "ep_overlap", "delay_wgrad")
+_BOOLS = ("sp", "ep_overlap", "delay_wgrad", "overlap_param_gather", "param_gather_with_optimizer")
 
 
 def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
@@ -31,7 +32,7 @@ def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
     base = vars(plan_view(Plan()))
     base.update({"etp": None})
     want = [int(fixed[k]) for k in ("ep", "dp_shard") if k in fixed]
-    axes: dict[str, list] = {k: [1, 2] for k in ("tp", "pp", "cp", "ep")}
+    axes: dict[str, list] = {k: [1, 2] for k in ("tp", "pp", "cp", "ep", "vpp")}
     axes["tp"] = sorted({1, 2, *([int(fixed["etp"])] if "etp" in fixed else [])})
     axes["dp"] = sorted({1, 2, *want, int(np.lcm.reduce(want)) if want else 1})
     for k in _BOOLS:
@@ -58,13 +59,14 @@ def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
 def fixed_contradictions(fw: FrameworkProfile | None, fixed: Mapping[str, Any]
                          ) -> list[tuple[dict[str, Any], str]]:
     """Each stack rule (``stack_rules``; with no stack named, the combined 1F1B's own,
-    ``ep_overlap_rules``) on a field ``fixed`` gives that no plan with the fixed values passes,
+    ``ep_overlap_rules``, and ``param_gather_optimizer_rules``) on a field ``fixed`` gives that no plan with the fixed values passes,
     as ``(the fixed values it turns on, the rule)``: the rule's own field and every other fixed
     field whose freeing would let some plan pass. Empty: none."""
     if not fixed:
         return []
     rules = (lambda v: stack_rules(fw, v)) if fw is not None else \
-        (lambda v: ep_overlap_rules(_none_stack(), v))
+        (lambda v: ep_overlap_rules(_none_stack(), v)
+         + param_gather_optimizer_rules(_none_stack(), v))
     out: list[tuple[dict[str, Any], str]] = []
     for i, (field, _, ok, why) in enumerate(rules(_grid(fixed))):
         if field not in fixed or np.any(ok):

@@ -26,7 +26,7 @@ from strategies.search.options import SpaceOptions
 from strategies.search.plan_rows import LAYOUT_KEYS, SWITCH_KEYS
 from strategies.stacks.cp_windows import window_exchange_ok
 from strategies.stacks.profile import FrameworkProfile
-from strategies.stacks.rules import ep_overlap_rules, stack_mask
+from strategies.stacks.rules import ep_overlap_rules, param_gather_optimizer_rules, stack_mask
 from topologies.cluster import Cluster
 from topologies.cluster.nvlink_domain import fits_nvlink_domain
 
@@ -82,6 +82,11 @@ def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any],
         ok &= (c["lf"] == int(fixed.get("first_stage_layers") or 0)) \
             & (c["ll"] == int(fixed.get("last_stage_layers") or 0)) \
             & (c["acc"] == bool(fixed.get("account_embedding", False)))
+    if fixed.get("param_gather_with_optimizer"):    # the rows Megatron-LM runs it on, whatever
+        # stack is named (``make_job``; the stack's own rule: ``framework_ok``)
+        for _, _, rule_ok, _ in param_gather_optimizer_rules(DEFAULT_FRAMEWORK,
+                                                             PlanArrays.from_columns(c)):
+            ok &= np.broadcast_to(rule_ok, ok.shape)
     for k, v in fixed.items():
         if k in SWITCH_KEYS or k in LAYOUT_KEYS or k == "recompute_method":
             continue    # carried by every row (``product._switches``), or read above/below

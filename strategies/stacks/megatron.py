@@ -109,6 +109,7 @@ MEGATRON_CORE = FrameworkProfile(
     cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
+    param_gather_with_optimizer=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True, te_linears=True,                 # §5.113
     mlp_act_casts=True,                                      # §5.118
@@ -194,6 +195,7 @@ HAI_LLM = replace(
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
+    param_gather_with_optimizer=False,
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
     grouped_mlp_casts=False, quant_padding=False, te_amax_reduction=False,
     te_linears=False, mlp_act_casts=False,

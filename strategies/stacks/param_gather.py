@@ -89,9 +89,9 @@ def gather_with_optimizer(at_start: Any, stack_sets: Any) -> Any:
     step (Megatron-Core's ``overlap_param_gather_with_optimizer_step``): where the schedule
     dispatches the gathers (``gathers_at_schedule_start``: interleaved, the distributed
     optimizer, ``overlap_param_gather``; Megatron-LM's ``arguments.py`` L622-630 asks no
-    more) and the stack sets it (``stack_sets``: ``FrameworkProfile.
-    param_gather_with_optimizer``, NeMo 2's performance scripts where dp, pp and vp > 1).
-    Scalars or arrays over plans.
+    more) and the plan sets it (``stack_sets``: plan ``param_gather_with_optimizer``, which
+    ``stacks.rules`` allows on those plans; NeMo 2's performance scripts set it where dp, pp
+    and vp > 1). Scalars or arrays over plans.
 
     >>> bool(gather_with_optimizer(True, True)), bool(gather_with_optimizer(False, True))
     (True, False)

@@ -58,12 +58,6 @@ class StackDataParallel:
     fsdp2: bool = False
     #: the data-parallel gradient bucket rule (``BucketRule``; docs/calibration.md §5.86)
     dp_bucket: BucketRule = MCORE_BUCKET
-    #: the stack sets Megatron-Core's ``overlap_param_gather_with_optimizer_step`` wherever
-    #: the interleaved schedule dispatches the overlapped gathers (NeMo 2's performance
-    #: scripts where dp, pp and vp > 1; off in Megatron-Core, NeMo's callback since b6f1051
-    #: and Megatron-Bridge): chunk 0's gathers inside the optimizer step
-    #: (``stacks.param_gather.gather_with_optimizer``, docs/calibration.md §5.200)
-    param_gather_with_optimizer: bool = False
     #: the stack stores its weights in fp32 only and casts a transient 16-bit copy inside each
     #: layer per use, at every ZeRO stage: the fp32 master is the one stored weight, no 16-bit
     #: copy is model state (``SystemConfig.weight_copies`` 0, ``stack_system``; MaxText

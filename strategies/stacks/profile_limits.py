@@ -133,6 +133,11 @@ class StackLimits:
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
+    #: runs Megatron-Core's ``--overlap-param-gather-with-optimizer-step`` (plan
+    #: ``param_gather_with_optimizer``; ``stack_rules`` holds its limits; off unless the plan
+    #: sets it, as Megatron-Core's ``OptimizerConfig`` and Megatron-Bridge's
+    #: ``CommOverlapConfig``, docs/calibration.md §5.200)
+    param_gather_with_optimizer: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     #: what the stack's own recomputation is, where a mode it lacks has a near equivalent

@@ -135,6 +135,7 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                                 "(no group_microbatches)"))
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
+    rules += param_gather_optimizer_rules(fw, v)
     rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
                   lambda: who + "has no full-iteration CUDA graph"))
     rules.append(("moe_dispatcher", v.moe_dispatcher,
@@ -310,6 +311,34 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                  "TransformerConfig asserts overlap_moe_expert_parallel_comm for it)")]
 
 
+def param_gather_optimizer_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Where plan switch ``param_gather_with_optimizer`` (Megatron-Core's
+    ``--overlap-param-gather-with-optimizer-step``, ``stacks.param_gather.gather_with_optimizer``)
+    may be on: a stack that runs it (``fw.param_gather_with_optimizer``), and what Megatron-LM's
+    ``validate_args`` asserts (core_v0.13.0 c550cf6 ``megatron/training/arguments.py``
+    L622-630): the distributed optimizer (``zero=1``), ``overlap_param_gather`` and the
+    interleaved schedule (``--virtual-pipeline-model-parallel-size``: ``vpp > 1``)."""
+    on = np.asarray(v.param_gather_with_optimizer, bool)
+    who = f"{fw.name} "
+    say = "Megatron-LM's arguments.py asserts "
+    return [
+        ("param_gather_with_optimizer", v.param_gather_with_optimizer,
+         ~on | fw.param_gather_with_optimizer,
+         lambda: who + "has no parameter gathers inside the optimizer step (Megatron-Core's "
+                       "overlap_param_gather_with_optimizer_step)"),
+        ("param_gather_with_optimizer", v.param_gather_with_optimizer, ~on | (v.zero == 1),
+         lambda: "needs the distributed optimizer, zero=1 (" + say
+                 + "--use-distributed-optimizer for it)"),
+        ("param_gather_with_optimizer", v.param_gather_with_optimizer,
+         ~on | np.asarray(v.overlap_param_gather, bool),
+         lambda: "needs overlap_param_gather=true (" + say + "--overlap-param-gather for it)"),
+        ("param_gather_with_optimizer", v.param_gather_with_optimizer,
+         ~on | ((np.asarray(v.pp) > 1) & (np.asarray(v.vpp) > 1)
+                & (v.schedule == schedule_code("interleaved"))),
+         lambda: "needs the interleaved schedule, pp > 1 and vpp > 1 (" + say
+                 + "--virtual-pipeline-model-parallel-size for it)")]
+
+
 def plan_view(plan: "Plan") -> SimpleNamespace:
     """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
     not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
@@ -325,7 +354,9 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
                            ep_overlap=plan.ep_overlap, delay_wgrad=plan.delay_wgrad,
-                           cuda_graph=plan.cuda_graph,
+                           cuda_graph=plan.cuda_graph, vpp=plan.vpp,
+                           overlap_param_gather=plan.overlap_param_gather,
+                           param_gather_with_optimizer=plan.param_gather_with_optimizer,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            cp_comm=0 if plan.cp_comm is None else 1 + CP_COMMS.index(plan.cp_comm),
                            layout_string=plan.layout is not None,

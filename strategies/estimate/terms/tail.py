@@ -40,7 +40,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     with; ``t_p2p`` one micro-batch's send between stages; ``f_layer`` a layer's forward with
     its exposed communication (``layer_comm.layer_forward``); ``with_optimizer``: the stack
     dispatches interleaved chunk 0's gathers inside the optimizer step
-    (``FrameworkProfile.param_gather_with_optimizer``, ``stacks.param_gather``);
+    (plan ``param_gather_with_optimizer``, ``stacks.param_gather``);
     ``barrier_s``: the gradient norm's all-reduce where the stack clips (``cost.norm_barrier``,
     None: no barrier): every rank's optimizer then starts after the latest reduction."""
     tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
