@@ -97,7 +97,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                     framework: FrameworkProfile | str | None = None,
                     system: SystemConfig | None = None,
                     ranks: Mapping[str, Any] | None = None,
-                    gpu: GPU | None = None, pipe_span: Any = None) -> dict[str, Any]:
+                    gpu: GPU | None = None, pipe_span: Any = None,
+                    rank_ends: tuple | None = None) -> dict[str, Any]:
     """Score plans given as arrays: ``P`` is ``PlanArrays`` (or the search space's short
     columns ``tp pp dp cp ep mbs gbs vpp sched rc sp zero flash ogr opg tpo``).
     ``framework``: the software profile (``strategies.framework``; default Megatron-Core);
@@ -107,19 +108,23 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     time the compute (default: the cluster's slowest by peak, ``Cluster.gpu``); ``pipe_span``:
     the pipeline's seconds in place of the schedule's closed form (the scalar estimate's
     uneven layouts: the real chunks' order, ``scalar._real_tail``), which the data-parallel
-    windows under the pipeline then read. Returns arrays of seconds
+    windows under the pipeline then read; ``rank_ends``: each kind of rank's (first, rank 1,
+    last) compute end before the pipeline's, seconds, in place of ``rank_slack``'s closed
+    form (the scalar estimate's uneven split backward: the real stages' replay,
+    ``stage_correction.stage_slack``). Returns arrays of seconds
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
     if exchange_rows(P) is not None:    # plans naming different K/V exchanges: each apart
         return by_exchange(P, lambda Q, r, s: estimate_arrays(m, cl, dtype, Q, framework,
-                                                              system, r, gpu, s),
+                                                              system, r, gpu, s,
+                                                              rank_ends),
                            ranks, pipe_span)
     if np.any(P.flushes != 1):  # k pipeline flushes per step: one flush's arrays, composed
         from strategies.estimate.scalar import BREAKDOWN_KEYS
         one = estimate_arrays(m, cl, dtype, replace(P, gbs=P.gbs / P.flushes,
                                                     flushes=np.ones_like(P.flushes)),
-                              framework, system, ranks, gpu, pipe_span)
+                              framework, system, ranks, gpu, pipe_span, rank_ends)
         return flushed_arrays(one, P.flushes, BREAKDOWN_KEYS)
     cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system, gpu)
@@ -158,6 +163,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (``rank_slack``), which hides as much of its own tail
     calls = DpCalls.of(sc, P, cl, profile, sms)
     win = bucket_windows(sc, P, profile, st, span, split, zero_g, m.num_nextn_predict_layers)
+    if rank_ends is not None:
+        win = replace(win, slack=tuple(x + 0.0 * w for x, w in zip(rank_ends, win.slack)))
     f_layer = layer_forward(sc, comm, span.fwd_tp)
     gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p, f_layer)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)

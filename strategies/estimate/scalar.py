@@ -10,7 +10,7 @@ from typing import Any
 
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.chunk_correction import by_chunk, per_chunk
-from strategies.estimate.stage_correction import per_stage
+from strategies.estimate.stage_correction import per_stage, stage_slack
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.terms.dp_exposure import tail_reads_span
 from strategies.flushes import flush_job, flushed_arrays
@@ -225,17 +225,29 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its ZeRO-2 tail is the
     slowest stage's own end less the span (``terms.dp_exposure.split_tail_exposed``), and the even
     stages' end beside the real span is no order's (the real layers move its ZeRO-1 rows
-    away from the simulation too, §5.112); a mixed cluster keeps it too (its arrays form,
+    away from the simulation too, §5.112), with, on uneven stages of one chunk per rank,
+    each kind of rank's compute end from the real stages' replay (``rank_ends``,
+    ``stage_correction.stage_slack``: the slowest stage's trailing weight gradients end the
+    pipeline, so its rank reduces last, §5.203); a mixed cluster keeps it (its arrays form,
     ``stage_correction.corrected_arrays``, reads the even run, and the columns time every
     rank on the slowest GPU). §5.93, §5.102, §5.112: ``python experiments/uneven_tail_gaps.py``."""
     p = job.plan
-    if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
+    sched = get_schedule(p.schedule)
+    if not job.cluster.uniform or (sched.splits_backward and (
+            p.vpp > 1 or sched.mirrored or job.layout.uniform)):
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
     again = r
-    if not job.layout.uniform or tail_reads_span(job.framework, p.pp, p.zero,
-                                                 p.overlap_grad_reduce):
+    if sched.splits_backward:
+        # one chunk per rank on uneven stages: the even run's tail with each kind of rank's
+        # compute end from the real stages' replay (``stage_correction.stage_slack``), where
+        # the slowest stage's trailing weight gradients end the pipeline (§5.203)
+        again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                job.framework, job.system, rank_fields(job, None, costs),
+                                rank_ends=stage_slack(job, costs))
+    elif not job.layout.uniform or tail_reads_span(job.framework, p.pp, p.zero,
+                                                   p.overlap_grad_reduce):
         again = estimate_arrays(job.model, job.cluster, job.dtype, tail_arrays(job),
                                 job.framework, job.system, rank_fields(job, None, costs),
                                 pipe_span=pipe)

@@ -121,6 +121,31 @@ def corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
     return {**r, **{k: float(v) for k, v in fixed.items()}}
 
 
+def _free_ranks(job: Job, f: list[float], b: list[float], w: list[float]) -> list:
+    """Each rank's span (``schedules.analysis.free_comm_ranks``) of ``job``'s schedule with
+    free communication, stage ``s`` running ``(f_s + b_s)/(f_0 + b_0)`` times stage 0's
+    forward ``f[0]``, backward ``b[0]`` and weight gradient ``w[0]``; seconds."""
+    from strategies.schedules.analysis import free_comm_ranks
+    p = job.plan
+    slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
+    return free_comm_ranks(p.schedule, p.pp, job.num_microbatches, 1, f[0], b[0],
+                           p.microbatch_group_size, t_w=w[0], slowdown=slow)
+
+
+def stage_slack(job: Job, costs: StageCostMemo | None = None) -> tuple[float, float, float]:
+    """How long before the real stages' pipeline ends (``per_stage``'s replay) rank 0, rank 1
+    (the middle kind, ``terms.ranks.rank_slack``'s) and rank ``pp - 1`` end their compute:
+    the kinds' slack from the replay rather than ``rank_slack``'s closed form, which has rank
+    0 end last. Under a split backward on uneven stages the slowest stage's trailing weight
+    gradients end the pipeline, so its rank is the last to reduce its gradients and the
+    others wait for it at the gradient norm's barrier (``cost.norm_barrier``, §5.203).
+    Seconds."""
+    costs = costs or StageCostMemo(job)
+    ends = [x.end for x in _free_ranks(job, *stage_times(job, None, costs))]
+    span, pp = max(ends), job.plan.pp
+    return span - ends[0], span - ends[min(1, pp - 1)], span - ends[pp - 1]
+
+
 def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
                ) -> dict[str, Any]:
     """A pipeline whose stages differ (``layers_per_stage``, or stages on different GPU types):
@@ -129,14 +154,11 @@ def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     (``schedules.analysis.simulate_free_comm``; stage ``s`` at ``slowdown_s`` times stage 0's
     step), the rest of the analytic step (communication, optimizer) kept; the difference goes
     to compute (busiest stage) and bubble. ``costs``: the estimate's ``StageCostMemo``."""
-    from strategies.schedules.analysis import simulate_free_comm
     costs = costs or StageCostMemo(job)
-    p, m = job.plan, job.num_microbatches
+    m = job.num_microbatches
 
     def makespan(f: list[float], b: list[float], w: list[float]) -> tuple[float, float]:
-        slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
-        span = simulate_free_comm(p.schedule, p.pp, m, 1, f[0], b[0],
-                                  p.microbatch_group_size, t_w=w[0], slowdown=slow)
+        span = max(x.end for x in _free_ranks(job, f, b, w))
         return span, m * max(x + y for x, y in zip(f, b))
 
     even, real = stage_times(job, job.cluster.gpu, costs), stage_times(job, None, costs)

@@ -93,7 +93,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
     # each rank's tail after its compute (the reduction, the mirror all-reduce, the optimizer),
     # less its slack; the paths that follow the whole pipeline (ZeRO-2's stall without
     # overlap, ``z2_sync_exposed``; ZB-H1's and interleaving's tails) are measured from its end
-    tails = []
+    tails, live_k = [], []
     for k in K:
         held = cm.grad_shard_params(pr_k[k], pe_k[k], tp, cp, dp, ep, etp, zero, dps)
         mirror = np.where(mirrored, cm.collective_time("allreduce", gb * held, 2, G_pairs, cl),
@@ -102,6 +102,7 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
         grad = np.where(zero_g == 2, z2, grad_k[k])
         dp_k = np.where(copies, np.where(zero == 3, z3[k], grad + ag_k[k]), 0.0) + mirror
         live = (k == 0) | ((k == 1) & (pp > 2)) | ((k == 2) & (pp > 1))
+        live_k.append(live)
         # (a finite tail: ZeRO-2's stall without overlap is a path, below)
         tails.append(np.where(live & np.isfinite(dp_k), dp_k + opt_k[k] - slack[k], -np.inf))
     # paths after the whole pipeline: then the gather and the optimizer of the rank that ends
@@ -125,7 +126,10 @@ def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes
         (np.where(over_on, tail_split + at_slowest(after), -np.inf), at_slowest(opt_k),
          at_slowest(after)),
         (np.where(over_on, cool_tail + after[0], -np.inf), opt_k[0], after[0])] + [
-        (np.where(sync_on & np.isfinite(tails[k]), z2_sync + after[k] - slack[k], -np.inf),
+        # each live kind of rank behind ZeRO-2's stall: its reductions end its slack before
+        # the path's, then its own gather and optimizer (with the barrier its update, not
+        # only the path's rank's, follows the latest reduction: §5.203)
+        (np.where(sync_on & live_k[k], z2_sync + after[k] - slack[k], -np.inf),
          opt_k[k], after[k]) for k in K]
     # the step's tail: the latest; its optimizer (the first on a tie: rank 0's) apart in the
     # breakdown, the rest data-parallel communication
