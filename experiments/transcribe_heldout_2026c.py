@@ -170,8 +170,9 @@ def layout_check(src: dict[str, Any], b: dict, c: Container = C2602) -> str:
 
 def read_sources(repo: str, c: Container = C2602) -> dict[str, Any]:
     """Container ``c``'s tables' rows of ``MODELS`` (HEAD of a Megatron-Bridge clone), the
-    commit, whether the page force-balances MoE tokens, and the fitting configs' ``FIELDS`` at
-    ``c.tag``."""
+    commit, whether the page force-balances MoE tokens, the fitting configs' ``FIELDS`` at
+    ``c.tag``, and each row's default config's layout fields with its file and lines
+    (``layout_configs``, for ``layout_check``)."""
     from experiments.bridge_recipe_trace import workload_configs
     txt = _git(repo, "show", f"HEAD:{PATH}")
     sec = txt.split(f"## {c.name} NeMo Container\n")[1].split("\n## ")[0]
