@@ -76,6 +76,15 @@ FIELDS = ("file", "num_gpus", "tensor_model_parallel_size", "pipeline_model_para
 DSV3_16 = "Et*4|(t*4|)*14tmL"
 DSV3_MAP = {(16, 1): DSV3_16, (8, 2): DSV3_16, (4, 4): DSV3_16}
 FORCED = "we force-balance the token distribution among experts"
+#: every model's configs, for the layout check (``default_config``): the MoE files and Llama's
+LAYOUT_FILES = ("llama/llama3_workload_base_configs.py",
+                "llama/llama31_workload_base_configs.py") + CONFIG_FILES
+LAYOUT_NAMES = {**BRIDGE_NAMES, "llama3-70b": "LLAMA3_70B", "llama3.1-405b": "LLAMA31_405B"}
+#: a row's layout cells and the config field each is checked against
+LAYOUT_CELLS = (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                ("cp", "context_parallel_size"), ("vp", "virtual_pipeline_model_parallel_size"),
+                ("ep", "expert_model_parallel_size"), ("mbs", "micro_batch_size"),
+                ("gbs", "global_batch_size"), ("fsdp", "use_megatron_fsdp"))
 
 
 def _git(repo: str, *args: str) -> str:
@@ -113,10 +122,57 @@ def fitting(configs: dict, b: dict) -> str | None:
     return min(fit)[1] if fit else None
 
 
+def default_config(configs: dict, b: dict) -> str | None:
+    """The config the performance script loads for a row's model, system and precision by
+    default: ``get_workload_base_config`` tries the ``--config_variant`` default ``v2``, then
+    ``V1``, then the unversioned name (``scripts/performance/utils/utils.py`` L95-126 at
+    v0.3.1; ``argument_parser.py``: ``default="v2"``); None if there is none."""
+    if b["key"] not in LAYOUT_NAMES or b["prec"] not in BRIDGE_DTYPE:
+        return None
+    base = (f"{LAYOUT_NAMES[b['key']]}_PRETRAIN_CONFIG_{b['sysn'].split('-')[1]}_"
+            f"{BRIDGE_DTYPE[b['prec']]}")
+    return next((n for n in (base + "_V2", base + "_V1", base) if n in configs), None)
+
+
+def config_lines(text: str, name: str) -> str:
+    """``Lfirst-last`` of the statement that defines ``name`` in a config file's text."""
+    lines = text.split("\n")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(f"{name} = "))
+    last = first
+    if lines[first].rstrip().endswith("("):
+        last = next(i for i in range(first + 1, len(lines)) if lines[i].startswith(")"))
+    return f"L{first + 1}-{last + 1}" if last > first else f"L{first + 1}"
+
+
+def layout_check(src: dict[str, Any], b: dict, c: Container = C2602) -> str:
+    """The note comparing a row's layout cells with its default config at ``c.tag``: they
+    agree, or which cells differ (the row keeps the table's cells: §5.204)."""
+    name = default_config(src["layout_configs"], b)
+    if name is None:
+        return f" No Megatron-Bridge {c.tag} performance config for this model and system."
+    cf = src["layout_configs"][name]
+    where = (f"NVIDIA-NeMo/Megatron-Bridge@{c.tag} scripts/performance/configs/{cf['file']} "
+             f"{cf['lines']} {name} (the script's default variant; unset fields take "
+             "WorkloadBaseConfig's defaults, scripts/performance/utils/utils.py)")
+    mine = {**b, "fsdp": bool(b["fsdp"])}
+    # the sharded-data-parallel cell is named without the word the reader takes for a
+    # stated FSDP in notes (strategies/reference/plan_reading.py)
+    diff = [f"{'sharded dp' if k == 'fsdp' else k} {mine[k] if mine[k] is not None else 'n/a'} vs "
+            f"{bool(cf[f]) if k == 'fsdp' else cf[f] if cf[f] is not None else 'n/a'}"
+            for k, f in LAYOUT_CELLS
+            if mine[k] != (bool(cf[f]) if k == "fsdp" else cf[f])]
+    if not diff:
+        return f" Layout cells (tp, pp, cp, vp, ep, mbs, gbs, sharded dp) as {where}."
+    return (f" The table's layout cells differ from {where}: {', '.join(diff)} (table vs "
+            "config); the row keeps the table's cells (the page states what ran; calibration "
+            "§5.204).")
+
+
 def read_sources(repo: str, c: Container = C2602) -> dict[str, Any]:
     """Container ``c``'s tables' rows of ``MODELS`` (HEAD of a Megatron-Bridge clone), the
-    commit, whether the page force-balances MoE tokens, and the fitting configs' ``FIELDS`` at
-    ``c.tag``."""
+    commit, whether the page force-balances MoE tokens, the fitting configs' ``FIELDS`` at
+    ``c.tag``, and each row's default config's layout fields with its file and lines
+    (``layout_configs``, for ``layout_check``)."""
     from experiments.bridge_recipe_trace import workload_configs
     txt = _git(repo, "show", f"HEAD:{PATH}")
     sec = txt.split(f"## {c.name} NeMo Container\n")[1].split("\n## ")[0]
@@ -127,16 +183,25 @@ def read_sources(repo: str, c: Container = C2602) -> dict[str, Any]:
             tables[name] = [[x.strip() for x in ln.strip().strip("|").split("|")]
                             for ln in block.splitlines() if ln.startswith("| DGX")]
     configs = workload_configs(repo, c.tag, CONFIG_FILES)
-    used = {}
+    every = workload_configs(repo, c.tag, LAYOUT_FILES)
+    used, defaults = {}, {}
     for name, rows in tables.items():
         for cells in rows:
-            fit = fitting(configs, parse(name, cells))
+            b = parse(name, cells)
+            fit = fitting(configs, b)
             if fit is not None:
                 used[fit] = {k: configs[fit].get(k) for k in FIELDS}
                 used[fit].update(recipe_dispatcher(repo, c.tag, fit, configs[fit]["file"]))
+            dflt = default_config(every, b)
+            if dflt is not None:
+                cf = every[dflt]
+                text = _git(repo, "show", f"{c.tag}:scripts/performance/configs/{cf['file']}")
+                defaults[dflt] = {"file": cf["file"], "lines": config_lines(text, dflt),
+                                  **{f: cf[f] for _, f in LAYOUT_CELLS}}
     return {"path": PATH, "commit": _git(repo, "rev-parse", "HEAD").strip()[:12],
             "tag": c.tag, "force_balanced": FORCED in txt, "tables": tables,
-            "configs": dict(sorted(used.items()))}
+            "configs": dict(sorted(used.items())),
+            "layout_configs": dict(sorted(defaults.items()))}
 
 
 def recipe_dispatcher(repo: str, tag: str, name: str, file: str) -> dict[str, str]:
@@ -160,7 +225,8 @@ def switches(configs: dict, b: dict, c: Container = C2602) -> tuple[dict, str]:
     name = fitting(configs, b)
     if name is None:
         return {}, (f"No Megatron-Bridge {c.tag} performance config has this row's layout (or "
-                    "the model has none: Llama): recompute, overlaps and CUDA graphs are the "
+                    "the model is dense, Llama, whose config is read only for the layout "
+                    "below): recompute, overlaps and CUDA graphs are the "
                     "stack's defaults.")
     cf = configs[name]
     unused = (cf.get("moe_token_dispatcher_type") == "alltoall"
@@ -249,7 +315,7 @@ def transcribe(src: dict[str, Any], c: Container = C2602) -> list[dict]:
                "The table's sharded-data-parallel column is 0: none stated "
                "(zero_stage left to the stack's default). ")
             + "Model config as the same model's rows of megatron_bridge_2604.json. "
-            + sw_note})
+            + sw_note + layout_check(src, b, c)})
     assert len({r["id"] for r in out}) == len(out)
     return out
 

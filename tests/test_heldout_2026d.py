@@ -103,3 +103,68 @@ def test_the_recipe_s_dispatcher_is_read_at_the_tag() -> None:
 @pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-Bridge clone (mirror)")
 def test_the_kept_inputs_are_the_source() -> None:
     assert tr.read_sources(MIRROR) == INPUTS
+
+
+#: the 26.02.01 rows whose layout cells differ from v0.3.1's default config, and the cells
+#: (table vs config): every other row of both containers agrees with its tag's config
+DIFFERS = {
+    "mbridge260201_llama370b_gb300_64_nvfp4": "pp 1 vs 4, vp n/a vs 5, mbs 2 vs 1",
+    "mbridge260201_llama370b_gb300_64_mxfp8": "vp n/a vs 5, mbs 2 vs 1",
+    "mbridge260201_llama31405b_gb200_256_nvfp4": "vp 4 vs 8",
+    "mbridge260201_llama31405b_gb300_256_fp8": "tp 2 vs 4, cp 2 vs 1",
+    "mbridge260201_gptoss120b_b300_64_bf16": "ep 8 vs 64",
+    "mbridge260201_gptoss120b_b200_64_bf16": "ep 8 vs 64",
+    "mbridge260201_qwen330ba3b_h100_16_fp8": "pp 2 vs 1, vp 12 vs n/a, ep 8 vs 16",
+    "mbridge260201_qwen3235ba22b_b300_256_mxfp8": "vp 4 vs n/a"}
+
+
+def test_each_row_s_layout_is_checked_against_its_tag_s_default_config() -> None:
+    """§5.204: every row names the config the performance script loads by default at its
+    tag (V2, else V1) and either agrees with it or lists the cells that differ; the row
+    keeps the table's cells either way (the rule moves no row)."""
+    for r in ROWS:
+        tag = next(c.tag for c in tr.CONTAINERS if r["id"].startswith(c.prefix + "_"))
+        assert f"NVIDIA-NeMo/Megatron-Bridge@{tag} scripts/performance/configs/" in r["notes"]
+        if r["id"] in DIFFERS:
+            assert (f"differ from NVIDIA-NeMo/Megatron-Bridge@{tag}" in r["notes"]
+                    and f": {DIFFERS[r['id']]} (table vs config); the row keeps the table's "
+                    "cells" in r["notes"]), r["id"]
+        else:
+            assert "Layout cells (tp, pp, cp, vp, ep, mbs, gbs, sharded dp) as " in r["notes"]
+        # the table's cells are the plan: the row the brief asked about stays pp 4, no vp
+        cells = r["source"]["row"].strip("| \n").split(" | ")
+        assert (r["plan"]["microbatch"], r["plan"]["virtual_stages"]) == (
+            int(cells[4]), 1 if cells[10] == "n/a" else int(cells[10]))
+    row = BY_ID["mbridge260201_llama370b_gb300_64_mxfp8"]
+    assert "L219-223 LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2" in row["notes"]
+    assert (row["plan"]["pp"], row["plan"]["virtual_stages"], row["plan"]["microbatch"]) == (
+        4, 1, 2)
+
+
+def test_the_layout_check_reads_the_script_s_default_variant() -> None:
+    cfg = dict(tensor_model_parallel_size=1, pipeline_model_parallel_size=4,
+               context_parallel_size=1, virtual_pipeline_model_parallel_size=5,
+               expert_model_parallel_size=1, micro_batch_size=1, global_batch_size=256,
+               use_megatron_fsdp=None, file="llama/llama3_workload_base_configs.py",
+               lines="L1-4")
+    b = c26.parse("LLAMA3_70B", ["DGX-GB300", "64", "MXFP8", "256", "2", "8192", "0", "1",
+                                 "4", "1", "n/a", "n/a", "4798", "2157"])
+    head = "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX"
+    both = {head + "_V1": {**cfg, "global_batch_size": 128}, head + "_V2": cfg}
+    assert c26.default_config(both, b) == head + "_V2"
+    assert c26.default_config({head + "_V1": cfg, head: cfg}, b) == head + "_V1"
+    assert c26.default_config({"LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2": cfg}, b) is None
+    note = c26.layout_check({"layout_configs": both}, b, tr.CONTAINERS[1])
+    assert ": vp n/a vs 5, mbs 2 vs 1 (table vs config)" in note
+    # a stated sharded data-parallel cell against a config without it: named, not as "FSDP"
+    # (the reader would take the word in notes for a stated FSDP)
+    b64 = {**b, "fsdp": 64, "vp": 5, "mbs": 1}
+    note = c26.layout_check({"layout_configs": both}, b64, tr.CONTAINERS[1])
+    assert note.endswith("sharded dp True vs False (table vs config); the row keeps the "
+                         "table's cells (the page states what ran; calibration §5.204).")
+    assert "fsdp" not in note.lower().replace("use_megatron_fsdp", "")
+
+
+def test_config_lines_span_the_definition() -> None:
+    text = "A = 1\nB = replace(\n    A,\n    x=2,\n)\nC = B\n"
+    assert (c26.config_lines(text, "B"), c26.config_lines(text, "C")) == ("L2-5", "L6")
