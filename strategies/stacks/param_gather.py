@@ -144,8 +144,10 @@ def warmup_pace(taus: list, pp: Any, group: Any) -> Any:
     """Seconds between a rank's forwards in the interleaved schedule's warm-up (arrays over
     plans or scalars), from each kind of rank's chunk forward and send ``taus`` (first,
     middle, last): ``max(max_r tau_r, sum_r tau_r / group)``. Every warm-up step ends in a
-    blocking exchange with both neighbours (``send_forward_recv_forward``), so the ranks go
-    at the slowest's pace; and rank 0's first micro-batch of chunk ``c + 1`` is the last
+    blocking exchange with both neighbours (``send_forward_recv_forward``), with
+    ``overlap_p2p_comm`` too (core_v0.13.0 ``schedules.py`` L1188-1236: waited at once unless
+    ``overlap_p2p_comm_warmup_flush``, off by default; docs/calibration.md §5.205), so the
+    ranks go at the slowest's pace; and rank 0's first micro-batch of chunk ``c + 1`` is the last
     rank's output of chunk ``c``, ``group`` forwards later on rank 0, one forward and send
     of every rank after it (the ring).
 
