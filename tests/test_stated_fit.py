@@ -89,3 +89,29 @@ def test_job_fit_is_validates_figure():
     row = validate_cases([case], simulate=False)[0]
     fit = job_fit(case.job)
     assert fit.ratio == row["memory_to_hbm"] and fit.fits is row["fits_as_stated"]
+
+
+# -- plan.fsdp: the reader's structured field for a stated FSDP (§5.206) ---------------------
+
+def _zero(tmp_path, capsys, **plan) -> dict:
+    e = _entry("toy", SMALL)
+    e["plan"] = {**e["plan"], "zero_stage": None, **plan}
+    e["notes"] = "FSDP column 0 (0: Megatron's distributed optimizer, no FSDP)."
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps([e]))
+    assert main(["validate", "--json", "--no-sim", "--reference", str(path)]) == 0
+    return json.loads(capsys.readouterr().out)["cases"][0]
+
+
+def test_fsdp_is_read_from_the_plan_field_not_from_notes(tmp_path, capsys):
+    # the notes name FSDP (to say there is none): no longer read as a stated FSDP
+    assert _zero(tmp_path, capsys)["plan"].endswith(" z1")
+    assert _zero(tmp_path, capsys, fsdp=0)["plan"].endswith(" z1")
+    assert _zero(tmp_path, capsys, fsdp=8)["plan"].endswith(" z3")
+
+
+@pytest.mark.parametrize("bad", [True, -1, 2.5, "8"])
+def test_a_bad_fsdp_field_skips_the_row_naming_it(tmp_path, capsys, bad):
+    row = _zero(tmp_path, capsys, fsdp=bad)
+    assert row["plan"] is None and "plan.fsdp" in row["skipped"]
+    assert "must be an integer >= 0" in row["skipped"]
