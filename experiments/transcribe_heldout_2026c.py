@@ -144,16 +144,17 @@ def config_lines(text: str, name: str) -> str:
     return f"L{first + 1}-{last + 1}" if last > first else f"L{first + 1}"
 
 
-def layout_check(src: dict[str, Any], b: dict, c: Container = C2602) -> str:
-    """The note comparing a row's layout cells with its default config at ``c.tag``: they
-    agree, or which cells differ (the row keeps the table's cells: §5.204)."""
+def layout_diff(src: dict[str, Any], b: dict, c: Container = C2602
+                ) -> tuple[str, str, list[str]] | None:
+    """A row's default config at ``c.tag`` (``default_config``): its name, where it is
+    (repository, file, lines) and the layout cells that differ ("vp n/a vs 5": table vs
+    config); None where there is no config."""
     name = default_config(src["layout_configs"], b)
     if name is None:
-        return f" No Megatron-Bridge {c.tag} performance config for this model and system."
+        return None
     cf = src["layout_configs"][name]
     where = (f"NVIDIA-NeMo/Megatron-Bridge@{c.tag} scripts/performance/configs/{cf['file']} "
-             f"{cf['lines']} {name} (the script's default variant; unset fields take "
-             "WorkloadBaseConfig's defaults, scripts/performance/utils/utils.py)")
+             f"{cf['lines']} {name}")
     mine = {**b, "fsdp": bool(b["fsdp"])}
     # the sharded-data-parallel cell is named without the word the reader takes for a
     # stated FSDP in notes (strategies/reference/plan_reading.py)
@@ -161,11 +162,77 @@ def layout_check(src: dict[str, Any], b: dict, c: Container = C2602) -> str:
             f"{bool(cf[f]) if k == 'fsdp' else cf[f] if cf[f] is not None else 'n/a'}"
             for k, f in LAYOUT_CELLS
             if mine[k] != (bool(cf[f]) if k == "fsdp" else cf[f])]
+    return name, where, diff
+
+
+def layout_check(src: dict[str, Any], b: dict, c: Container = C2602) -> str:
+    """The note comparing a row's layout cells with its default config at ``c.tag``: they
+    agree, or which cells differ (the row keeps the table's cells, §5.204, unless they cannot
+    fit in memory and the config's can, §5.206: ``fit_rule``)."""
+    got = layout_diff(src, b, c)
+    if got is None:
+        return f" No Megatron-Bridge {c.tag} performance config for this model and system."
+    _, where, diff = got
+    where += (" (the script's default variant; unset fields take WorkloadBaseConfig's "
+              "defaults, scripts/performance/utils/utils.py)")
     if not diff:
         return f" Layout cells (tp, pp, cp, vp, ep, mbs, gbs, sharded dp) as {where}."
     return (f" The table's layout cells differ from {where}: {', '.join(diff)} (table vs "
             "config); the row keeps the table's cells (the page states what ran; calibration "
             "§5.204).")
+
+
+def config_cells(src: dict[str, Any], b: dict) -> dict | None:
+    """Row ``b`` with its default config's layout cells (tp, pp, cp, vp, ep, mbs, gbs, sharded
+    dp over the config's dp) in place of the table's; None without a config or a difference."""
+    name = default_config(src["layout_configs"], b)
+    if name is None:
+        return None
+    cf = src["layout_configs"][name]
+    out = dict(b)
+    for k, f in LAYOUT_CELLS:
+        if k != "fsdp":
+            out[k] = cf[f] if cf[f] is not None else (1 if k == "ep" else None)
+    out["vp"] = out["vp"] if out["vp"] and out["vp"] > 1 else None
+    dp = out["n"] // (out["tp"] * out["pp"] * out["cp"])
+    if bool(b["fsdp"]) != bool(cf["use_megatron_fsdp"]):
+        out["fsdp"] = dp if cf["use_megatron_fsdp"] else 0
+    out["layout"] = (out["n"], out["tp"], out["pp"], out["cp"], out["vp"] or 1, out["ep"],
+                     out["mbs"], out["gbs"])
+    return None if out["layout"] == b["layout"] and out["fsdp"] == b["fsdp"] else out
+
+
+def fit_rule(src: dict[str, Any], b: dict, c: Container, row: Callable[[dict, str], dict]
+             ) -> dict:
+    """The row of table cells ``b`` (``row(cells, layout note)``), unless its plan does not fit
+    its GPUs' memory (``strategies.reference.stated_fit``: a run that ran fit) and its tag's
+    default config's cells give one that does: then the row of the config's cells, saying so
+    in its ``plan_from`` (which the reader puts in the row's assumptions) and notes (§5.206)."""
+    from strategies.reference.cases import case_from_entry
+    from strategies.reference.stated_fit import FIT_MARGIN, job_fit
+    table = row(b, layout_check(src, b, c))
+    alt = config_cells(src, b)
+    if alt is None:
+        return table
+    before = job_fit(case_from_entry(table).job)
+    if before.fits:
+        return table
+    name, where, diff = layout_diff(src, b, c)
+    moved = row(alt, "")
+    after = job_fit(case_from_entry(moved).job)
+    if not after.fits:
+        return table
+    gib = 2 ** 30
+    why = (f"layout cells from the tag's default config {where} (the script's default "
+           f"variant), not the table's: {', '.join(diff)} (table vs config). As the table "
+           f"states it the plan's fullest stage peaks at {before.peak_bytes / gib:.1f} GiB per "
+           f"GPU against {before.hbm_bytes / gib:.1f} GiB of HBM (more than {1 + FIT_MARGIN:g} "
+           f"times: it cannot have run as stated); with the config's cells at "
+           f"{after.peak_bytes / gib:.1f} GiB (strategies.reference.stated_fit, calibration "
+           "§5.206)")
+    moved = row(alt, f" The {why}.")
+    moved["plan_from"] = why
+    return moved
 
 
 def read_sources(repo: str, c: Container = C2602) -> dict[str, Any]:
@@ -269,55 +336,59 @@ def switches(configs: dict, b: dict, c: Container = C2602) -> tuple[dict, str]:
 
 
 def transcribe(src: dict[str, Any], c: Container = C2602) -> list[dict]:
-    """The rows of container ``c`` from ``read_sources``' object."""
+    """The rows of container ``c`` from ``read_sources``' object (``fit_rule`` on each)."""
     with open(os.path.join(ROOT, MODEL_ROWS), encoding="utf-8") as f:
         models = {r["model"]["name"]: r["model"] for r in json.load(f)}
     out = []
     for b in (parse(name, cells) for name, rows in src["tables"].items() for cells in rows):
-        cells, name = b["cells"], b["name"]
-        gpu, inter = SYSTEMS[b["sysn"]]
-        n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs",
-                                                       "gbs"))
-        dp = n // (tp * pp * cp)
-        sw, sw_note = switches(src["configs"], b, c)
-        rid = (f"{c.prefix}_{b['key'].replace('.', '').replace('-', '')}_"
-               f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
-        moe = ep > 1
-        out.append({
-            "id": rid, "kind": "measured", "tier": 2,
-            "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
-                       "table": f"{src['path']} ({c.name} NeMo container), commit "
-                                f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
-                                f"GPUs {b['prec']} GBS {gbs}",
-                       "row": "| " + " | ".join(cells) + " |"},
-            "stack": c.stack,
-            "model": {**models[b["key"]], "seq_len": b["seq"]},
-            "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
-                         "interconnect": inter},
-            "plan": {**({"moe_balance": "forced"} if moe and src["force_balanced"]
-                        else {}),
-                     "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
-                     "global_batch": gbs,
-                     "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
-                     "virtual_stages": b["vp"] or 1, "recompute": None,
-                     "sequence_parallel": None,
-                     "zero_stage": 3 if b["fsdp"] else None,
-                     "grad_accum": gbs // (mbs * dp), **sw},
-            "precision": ("fp8 (current scaling: the FP8_CS config)"
-                          if b["prec"] == "FP8" and sw else BRIDGE_PREC[b["prec"]]),
-            "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
-            "derived": {"step_time_s": round(gbs * b["seq"] / (b["tok"] * n), 4),
-                        "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
-            "notes": ("NVIDIA force-balances tokens among experts in these benchmarks "
-                      "(dropless; the table's footnote). " if moe else "Dense model. ")
-            + (f"FSDP (Megatron FSDP) over {b['fsdp']} GPUs (the table's column): "
-               "zero_stage 3. " if b["fsdp"] else
-               "The table's sharded-data-parallel column is 0: none stated "
-               "(zero_stage left to the stack's default). ")
-            + "Model config as the same model's rows of megatron_bridge_2604.json. "
-            + sw_note + layout_check(src, b, c)})
+        out.append(fit_rule(src, b, c, lambda cells, note: row_of(src, cells, c, models, note)))
     assert len({r["id"] for r in out}) == len(out)
     return out
+
+
+def row_of(src: dict[str, Any], b: dict, c: Container, models: dict, layout_note: str) -> dict:
+    """One row of layout cells ``b`` (the table's, or its config's: ``fit_rule``)."""
+    cells, name = b["cells"], b["name"]
+    gpu, inter = SYSTEMS[b["sysn"]]
+    n, tp, pp, cp, ep, mbs, gbs = (b[k] for k in ("n", "tp", "pp", "cp", "ep", "mbs", "gbs"))
+    dp = n // (tp * pp * cp)
+    sw, sw_note = switches(src["configs"], b, c)
+    rid = (f"{c.prefix}_{b['key'].replace('.', '').replace('-', '')}_"
+           f"{gpu.split()[0].lower()}_{n}_{b['prec'].lower()}")
+    moe = ep > 1
+    return {
+        "id": rid, "kind": "measured", "tier": 2,
+        "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
+                   "table": f"{src['path']} ({c.name} NeMo container), commit "
+                            f"{src['commit']}, 'Model: {name}' row {b['sysn']} {n} "
+                            f"GPUs {b['prec']} GBS {gbs}",
+                   "row": "| " + " | ".join(cells) + " |"},
+        "stack": c.stack,
+        "model": {**models[b["key"]], "seq_len": b["seq"]},
+        "hardware": {"gpu": gpu, "n_gpus": n, "gpus_per_node": 8,
+                     "interconnect": inter},
+        "plan": {**({"moe_balance": "forced"} if moe and src["force_balanced"]
+                    else {}),
+                 "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch": mbs,
+                 "global_batch": gbs,
+                 "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
+                 "virtual_stages": b["vp"] or 1, "recompute": None,
+                 "sequence_parallel": None,
+                 "zero_stage": 3 if b["fsdp"] else None,
+                 "grad_accum": gbs // (mbs * dp), **sw},
+        "precision": ("fp8 (current scaling: the FP8_CS config)"
+                      if b["prec"] == "FP8" and sw else BRIDGE_PREC[b["prec"]]),
+        "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
+        "derived": {"step_time_s": round(gbs * b["seq"] / (b["tok"] * n), 4),
+                    "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
+        "notes": ("NVIDIA force-balances tokens among experts in these benchmarks "
+                  "(dropless; the table's footnote). " if moe else "Dense model. ")
+        + (f"FSDP (Megatron FSDP) over {b['fsdp']} GPUs (the table's column): "
+           "zero_stage 3. " if b["fsdp"] else
+           "The table's sharded-data-parallel column is 0: none stated "
+           "(zero_stage left to the stack's default). ")
+        + "Model config as the same model's rows of megatron_bridge_2604.json. "
+        + sw_note + layout_note}
 
 
 def cli(doc: str, out: str, inputs: str, read: Callable[[str], Any],

@@ -170,7 +170,8 @@ def bridge_entries(repo: str) -> tuple[list[dict[str, Any]], list[tuple[str, str
                       "schedule": "interleaved 1F1B" if r["vp"] else "1F1B",
                       "virtual_stages": r["vp"] or 1, "recompute": None,
                       "sequence_parallel": None, "zero_stage": None,
-                      "grad_accum": r["gbs"] // (r["mbs"] * dp), "moe_balance": "forced", **sw},
+                      "grad_accum": r["gbs"] // (r["mbs"] * dp), "moe_balance": "forced",
+                      **({"fsdp": r["fsdp"]} if r["fsdp"] is not None else {}), **sw},
              "precision": ("fp8 (current scaling: the FP8_CS config)" if r["prec"] == "FP8"
                            else prec),
              "measured": {"tokens_per_s_per_gpu": r["tokens"], "tflops_per_gpu": r["tflops"]},

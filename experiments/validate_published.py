@@ -22,7 +22,8 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.cli.validate import parse_tiers  # noqa: E402
-from simulator.studies.validate import default_jobs, load_cases, mape, validate_cases  # noqa: E402
+from simulator.studies.validate import (default_jobs, load_cases, mape, not_fitting,  # noqa: E402
+                                       validate_cases)
 
 
 def family(case_id: str) -> str:
@@ -72,11 +73,13 @@ def render(rows: list[dict], frameworks: dict[str, str], markdown: bool) -> str:
         lines.append("")
 
     table(["run", "framework", "plan", "GPUs", "measured s", "analytic s", "error",
-           "simulated s", "error"],
+           "simulated s", "error", "peak/HBM"],
           [[r["id"], frameworks[r["id"]], r["plan"], str(r["gpus"]), f"{r['measured_step_s']:.3f}",
             f"{r['analytic_step_time_s']:.3f}", _f(r["analytic_error_pct"], True),
             "-" if r["simulated_step_time_s"] is None else f"{r['simulated_step_time_s']:.3f}",
-            _f(r["simulated_error_pct"], True)] for r in done])
+            _f(r["simulated_error_pct"], True),
+            f"{r['memory_to_hbm']:.2f}" + (" !" if r["fits_as_stated"] is False else "")]
+           for r in done])
     for title, key in (("family", lambda r: family(r["id"])),
                        ("framework", lambda r: frameworks[r["id"]])):
         table([title, "runs", "analytic MAPE", "analytic mean", "simulated MAPE",
@@ -88,6 +91,12 @@ def render(rows: list[dict], frameworks: dict[str, str], markdown: bool) -> str:
     lines.append(f"all: {len(a)} runs; analytic MAPE {_f(mape(a))} (mean {_f(sum(a) / len(a), True)})"
                  + (f"; simulated MAPE {_f(mape(s))} (mean {_f(sum(s) / len(s), True)})" if s else
                     "; simulated: not run"))
+    bad = not_fitting(done)
+    if bad["count"]:
+        lines.append(f"{bad['count']} runs do not fit as stated (peak/HBM '!': estimated peak "
+                     f"above HBM by more than {100 * bad['margin']:.0f} %, "
+                     "strategies.reference.stated_fit); the MAPE above includes "
+                     f"{bad['in_analytic_mape']} of them")
     skipped = [r for r in rows if r["analytic_step_time_s"] is None]
     if skipped:
         lines.append(f"{len(skipped)} runs skipped (no step time or no resolvable plan; "

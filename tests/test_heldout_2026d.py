@@ -118,27 +118,77 @@ DIFFERS = {
     "mbridge260201_qwen3235ba22b_b300_256_mxfp8": "vp 4 vs n/a"}
 
 
+#: the rows whose table cells cannot fit in memory while their config's can (§5.206): the
+#: config's cells (tp, pp, vp, mbs) and the two peaks (GiB per GPU) their assumptions state
+MOVED = {"mbridge260201_llama370b_gb300_64_nvfp4": ((1, 4, 5, 1), "839.8", "335.4"),
+         "mbridge260201_llama370b_gb300_64_mxfp8": ((1, 4, 5, 1), "443.9", "318.1")}
+
+
 def test_each_row_s_layout_is_checked_against_its_tag_s_default_config() -> None:
     """§5.204: every row names the config the performance script loads by default at its
     tag (V2, else V1) and either agrees with it or lists the cells that differ; the row
-    keeps the table's cells either way (the rule moves no row)."""
+    keeps the table's cells unless they cannot fit in memory and the config's can (§5.206:
+    two rows move, and their assumptions say from where and why)."""
     for r in ROWS:
         tag = next(c.tag for c in tr.CONTAINERS if r["id"].startswith(c.prefix + "_"))
         assert f"NVIDIA-NeMo/Megatron-Bridge@{tag} scripts/performance/configs/" in r["notes"]
+        cells = r["source"]["row"].strip("| \n").split(" | ")
+        table = (int(cells[7]), int(cells[8]), 1 if cells[10] == "n/a" else int(cells[10]),
+                 int(cells[4]))
+        pl = r["plan"]
+        plan = (pl["tp"], pl["pp"], pl["virtual_stages"], pl["microbatch"])
+        if r["id"] in MOVED:
+            cfg, before, after = MOVED[r["id"]]
+            assert plan == cfg != table
+            why = r["plan_from"]
+            assert why in r["notes"] and f": {DIFFERS[r['id']]} (table vs config)" in why
+            assert f"peaks at {before} GiB per GPU against 279.0 GiB" in why
+            assert f"config's cells at {after} GiB" in why
+            assert f"plan: {why}" in case_from_entry(r).assumptions
+            continue
+        assert "plan_from" not in r
+        assert plan == table      # the table's cells are the plan
         if r["id"] in DIFFERS:
             assert (f"differ from NVIDIA-NeMo/Megatron-Bridge@{tag}" in r["notes"]
                     and f": {DIFFERS[r['id']]} (table vs config); the row keeps the table's "
                     "cells" in r["notes"]), r["id"]
         else:
             assert "Layout cells (tp, pp, cp, vp, ep, mbs, gbs, sharded dp) as " in r["notes"]
-        # the table's cells are the plan: the row the brief asked about stays pp 4, no vp
-        cells = r["source"]["row"].strip("| \n").split(" | ")
-        assert (r["plan"]["microbatch"], r["plan"]["virtual_stages"]) == (
-            int(cells[4]), 1 if cells[10] == "n/a" else int(cells[10]))
     row = BY_ID["mbridge260201_llama370b_gb300_64_mxfp8"]
     assert "L219-223 LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2" in row["notes"]
-    assert (row["plan"]["pp"], row["plan"]["virtual_stages"], row["plan"]["microbatch"]) == (
-        4, 1, 2)
+
+
+def test_the_fit_rule_moves_a_row_only_to_cells_that_fit() -> None:
+    """``fit_rule``: the table's cells where they fit (the 405B GB200 NVFP4 row differs from its
+    config, vp 4 vs 8, and fits) or where the config's do not fit either; the config's where
+    only they fit; no config: the table's."""
+    src = INPUTS["26.02.01"]
+    c = tr.CONTAINERS[1]
+    rows = {f"{b['key']} {b['sysn']} {b['prec']}": b for b in
+            (c26.parse(name, cells) for name, t in src["tables"].items() for cells in t)}
+
+    def plan(b: dict, note: str) -> dict:    # the row of cells b, by fit_rule's own builder
+        models = {r["model"]["name"]: {k: v for k, v in r["model"].items() if k != "seq_len"}
+                  for r in ROWS}
+        return c26.row_of(src, b, c, models, note)
+
+    nvfp4 = rows["llama3-70b DGX-GB300 NVFP4"]
+    got = c26.fit_rule(src, nvfp4, c, plan)
+    assert (got["plan"]["pp"], got["plan"]["virtual_stages"], got["plan"]["microbatch"]) == (
+        4, 5, 1) and "plan_from" in got
+    vp4 = rows["llama3.1-405b DGX-GB200 NVFP4"]
+    got = c26.fit_rule(src, vp4, c, plan)
+    assert got["plan"]["virtual_stages"] == 4 and "plan_from" not in got
+    # a config that cannot fit either (pp 1, mbs 4): the table's cells stay
+    name = c26.default_config(src["layout_configs"], nvfp4)
+    worse = {**src["layout_configs"][name], "pipeline_model_parallel_size": 1,
+             "virtual_pipeline_model_parallel_size": None, "micro_batch_size": 4}
+    got = c26.fit_rule({**src, "layout_configs": {name: worse}}, nvfp4, c, plan)
+    assert (got["plan"]["pp"], got["plan"]["microbatch"]) == (1, 2) and "plan_from" not in got
+    # no config for the row: the table's cells, and no config cells to try
+    assert c26.config_cells({**src, "layout_configs": {}}, nvfp4) is None
+    got = c26.fit_rule({**src, "layout_configs": {}}, nvfp4, c, plan)
+    assert got["plan"]["pp"] == 1 and "plan_from" not in got
 
 
 def test_the_layout_check_reads_the_script_s_default_variant() -> None:

@@ -3,7 +3,9 @@
 Each case of the reference file (``strategies/reference/data/published.json`` by default, tier 1) is
 estimated and simulated (folded; long pipelines extended exactly from two short runs, see
 ``simulator.studies.validate``); the command prints measured, analytic and simulated seconds per
-step with their errors, and the MAPE of each model. ``--plot F.png`` draws the parity plot.
+step with their errors, and the MAPE of each model; the peak/HBM column marks (``!``) a run whose
+stated plan does not fit its GPUs' memory (``strategies.reference.stated_fit``). ``--plot F.png``
+draws the parity plot.
 """
 from __future__ import annotations
 
@@ -120,6 +122,13 @@ def _sec(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _fit(r: dict) -> str:
+    """The fullest stage's estimated peak over its HBM, ``!`` where it does not fit as stated."""
+    if r.get("memory_to_hbm") is None:
+        return "-"
+    return f"{r['memory_to_hbm']:.2f}" + (" !" if r["fits_as_stated"] is False else "")
+
+
 def _gib(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -127,14 +136,15 @@ def _gib(v: float | None) -> str:
 def render(out: dict, verbose: bool = False) -> str:
     rows = [r for r in out["cases"] if r["plan"] is not None]
     memory = any(r.get("measured_memory_gib") is not None for r in rows)
-    head = ["case", "plan", "GPUs", "measured", "analytic", "error", "simulated", "error"]
+    head = ["case", "plan", "GPUs", "measured", "analytic", "error", "simulated", "error",
+            "peak/HBM"]
     if memory:      # GiB per GPU, shown only where some run prints its peak
         head += ["mem meas", "mem est", "error"]
 
     def cells(r: dict) -> list:
         c = [r["id"], r["plan"], r["gpus"], _sec(r["measured_step_s"]),
              _sec(r["analytic_step_time_s"]), _err(r["analytic_error_pct"]),
-             _sec(r["simulated_step_time_s"]), _err(r["simulated_error_pct"])]
+             _sec(r["simulated_step_time_s"]), _err(r["simulated_error_pct"]), _fit(r)]
         if memory:
             measured = r.get("measured_memory_gib")
             c += [_gib(measured), _gib(r.get("estimated_memory_gib") if measured else None),
@@ -167,6 +177,13 @@ def render(out: dict, verbose: bool = False) -> str:
                              _pct(s["simulated"]["max_abs_error_pct"])]
                             for name, s in stacks.items()], align="lr" + "r" * 6))
         lines.append("")
+    bad = out.get("does_not_fit") or {}
+    if bad.get("count"):
+        lines.append(f"{bad['count']} runs do not fit as stated (peak/HBM marked '!': the "
+                     f"estimated peak stage exceeds its GPUs' memory by more than "
+                     f"{100 * bad['margin']:.0f} %, the memory model's error band); the "
+                     f"analytic MAPE includes {bad['in_analytic_mape']} of them, the simulated "
+                     f"{bad['in_simulated_mape']}")
     part = out.get("memory") or {}
     if part.get("mape_pct") is not None:
         lines.append(f"{'memory':<9}  MAPE {part['mape_pct']:.2f} % over {part['cases']} runs "

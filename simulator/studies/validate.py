@@ -29,6 +29,7 @@ from strategies.errors import SpecError
 from strategies.job import Job
 from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
 from strategies.reference.measured import measured_memory_gib
+from strategies.reference.stated_fit import FIT_MARGIN, stated_fit
 
 
 
@@ -93,7 +94,8 @@ def evaluate_case(case: Case, simulate: bool = True, exact: bool = False) -> dic
                            "assumptions": list(case.assumptions)}
     mem, mem_how = measured_memory_gib(case.raw)
     row.update(measured_memory_gib=mem, memory_how_measured=mem_how or None,
-               estimated_memory_gib=None, memory_error_pct=None)
+               estimated_memory_gib=None, memory_error_pct=None, hbm_gib=None,
+               memory_to_hbm=None, fits_as_stated=None)
     job = case.job
     if job is None:
         return row
@@ -107,6 +109,9 @@ def evaluate_case(case: Case, simulate: bool = True, exact: bool = False) -> dic
                analytic_error_pct=_pct(est.step_time_s, case.measured_step_s))
     peak = est.memory.total / 2 ** 30   # the peak stage: what "max over GPUs" measures
     row.update(estimated_memory_gib=peak, memory_error_pct=_pct(peak, mem))
+    fit = stated_fit(job, est.memory_by_stage)   # the fullest stage against its own HBM
+    row.update(hbm_gib=fit.hbm_bytes / 2 ** 30, memory_to_hbm=fit.ratio,
+               fits_as_stated=fit.fits)
     if mem is not None and job.framework.elementwise_kernels == "compiled":
         row["memory_how_measured"] += ("; torch.compile run: the model's memory is eager "
                                        "autograd's saved tensors (Inductor chooses its own)")
@@ -193,15 +198,28 @@ def by_framework(rows: Sequence[dict[str, Any]], simulate: bool = True
     return out
 
 
+def not_fitting(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The rows whose stated plan does not fit its GPUs' memory
+    (``strategies.reference.stated_fit``): ``margin`` (``FIT_MARGIN``), their ``ids``, and how
+    many of them each MAPE includes (``in_analytic_mape``, ``in_simulated_mape``: they are
+    kept in it, not dropped)."""
+    bad = [r for r in rows if r.get("fits_as_stated") is False]
+    return {"margin": FIT_MARGIN, "count": len(bad), "ids": [r["id"] for r in bad],
+            "in_analytic_mape": sum(r["analytic_error_pct"] is not None for r in bad),
+            "in_simulated_mape": sum(r["simulated_error_pct"] is not None for r in bad)}
+
+
 def summarize(rows: Sequence[dict[str, Any]], simulate: bool = True) -> dict[str, Any]:
     """The JSON of ``paraplan validate``: ``analytic`` and ``simulated`` (each with
     ``mape_pct``, ``cases`` counted and ``max_abs_error_pct``), ``memory`` (the same over the
     rows that print a peak memory, ``memory_error_pct``; ``mape_pct`` None where none does),
-    ``frameworks`` (``by_framework``: the same per software stack) and ``cases`` (the rows)."""
+    ``does_not_fit`` (``not_fitting``), ``frameworks`` (``by_framework``: the same per software
+    stack) and ``cases`` (the rows)."""
     return {"analytic": error_summary(rows, "analytic_error_pct"),
             "simulated": error_summary(rows, "simulated_error_pct") if simulate else
             error_summary((), "simulated_error_pct"),
             "memory": error_summary(rows, "memory_error_pct"),
+            "does_not_fit": not_fitting(rows),
             "frameworks": by_framework(rows, simulate),
             "evaluated": sum(r["plan"] is not None for r in rows),
             "skipped": sum(r["plan"] is None for r in rows),

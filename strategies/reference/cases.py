@@ -111,6 +111,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if partition and "embedding counted as a block" not in partition:
         return skip(f"pipeline partition {partition!r} not read")
     *sizes, notes = sizes
+    if c.get("plan_from"):      # the transcriber's stated source of the plan's cells (§5.206)
+        notes.append(f"plan: {c['plan_from']}")
     mo = filled_model(c, notes, siblings)
     gbs = global_batch(c)
     if gbs is None:

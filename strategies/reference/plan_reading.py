@@ -199,7 +199,7 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
-        fsdp = "fsdp" in f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
+        fsdp = stated_fsdp(pl)
         zero = 3 if fsdp and pp == 1 else (1 if modern else 0)
         if fsdp and pp > 1 or zero not in fw.zero_stages:   # FSDP with PP: the stack's rule
             zero = 3 if pp == 1 else fw.zero_with_pp
@@ -228,6 +228,19 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
                      "strategies.flushes)")
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+def stated_fsdp(pl: dict) -> bool:
+    """Whether a plan states FSDP: its ``fsdp`` field, the GPUs FSDP shards over (an integer,
+    0: none, as Megatron-Bridge's tables' column), absent where the source states none. Free
+    text (notes, techniques) is not read: "FSDP column 0" there means no FSDP (§5.206)."""
+    v = pl.get("fsdp")
+    if v is None:
+        return False
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise SpecError("plan.fsdp", v, "must be an integer >= 0 (the GPUs FSDP shards over; "
+                        "0: none) or absent")
+    return v > 0
 
 
 def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> int:
