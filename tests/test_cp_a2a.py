@@ -292,10 +292,13 @@ def test_heads_must_divide_by_cp() -> None:
 def test_search_with_a2a_fixed_keeps_only_divisible_plans() -> None:
     """``search --fix cp_comm=a2a``: every candidate's heads divide by its cp (the mask
     applies ``heads_ok``, the rule make_job raises): Llama 3 8B at cp 8 keeps tp 1 only (8
-    KV heads: 4 a rank at tp 2)."""
+    KV heads: 4 a rank at tp 2). Global batch 32, not the default 1536: the same plans'
+    shapes (the mask reads no batch), each simulated with 2 to 32 micro-batches, not 96 to
+    1536 (dp 1 or 2, mbs 1 to 8)."""
     r = subprocess.run([sys.executable, "-m", "simulator.cli", "search", "--model",
                         "llama3-8b", "--cluster", "dgx-h100:2", "--framework", "megatron-core",
-                        "--fix", "cp=8,cp_comm=a2a", "--json", "--top", "5"],
+                        "--global-batch", "32", "--fix", "cp=8,cp_comm=a2a", "--json",
+                        "--top", "5"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

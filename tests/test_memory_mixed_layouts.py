@@ -20,7 +20,7 @@ from strategies.memory.scalar import memory_by_stage
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import enumerate_space
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 REL = 1e-9
@@ -183,9 +183,13 @@ def test_search_proposes_megatron_deepseek_v3_layouts():
     carries the first/last-stage layouts Megatron-Bridge's DeepSeek-V3 recipe gives for
     (pp, vpp) = (4, 1), (8, 1), (16, 1) (16/16/16/13, 8x7/5, 4x15/1 layers, the MTP module
     and the loss on the last rank), and each proposed plan's peak memory is the largest
-    stage of ``estimate``'s ``memory_by_stage``."""
+    stage of ``estimate``'s ``memory_by_stage``.
+
+    Micro-batches of 1 and 2 (``max_mbs=2``), not 1 to 8: the same layouts for every
+    (pp, vpp), 2 (32/29) included (a layout reads the layers' costs, not the micro-batch),
+    and mbs 1 and 2 rows among those sampled; a third of the enumeration's time."""
     m, cl = model_preset("deepseek-v3"), cluster_preset("dgx-h100", 128)
-    sp = enumerate_space(m, cl, 4096)
+    sp = enumerate_space(m, cl, 4096, SpaceOptions(max_mbs=2))
     c = sp.cols
     uneven = (c["lf"] > 0) | (c["ll"] > 0) | c["acc"]
     assert uneven.sum() > 0 and np.all(c["pp"][~uneven] == 1)
@@ -194,14 +198,17 @@ def test_search_proposes_megatron_deepseek_v3_layouts():
     for pair, want in {(4, 1): (16, 13), (8, 1): (8, 5), (16, 1): (4, 1)}.items():
         assert got.get(pair) == want, (pair, got.get(pair))
     rng = np.random.default_rng(0)
+    mbs = set()
     for pp in (4, 8, 16):
         rows = np.flatnonzero(uneven & (c["pp"] == pp))
         for i in rng.choice(rows, size=min(3, len(rows)), replace=False).tolist():
+            mbs.add(int(c["mbs"][i]))
             job = make_job(m, cl, sp.plan(i))
             est = estimate(job)
             want = max(b.total for b in est.memory_by_stage)
             assert float(sp.peak_memory[i]) == pytest.approx(want, rel=REL), sp.key(i)
             assert est.memory_by_stage[-1].total != est.memory_by_stage[1].total
+    assert mbs == {1, 2}
 
 
 def _qwen3_10_layers():
@@ -261,7 +268,6 @@ def test_pruned_search_equals_exhaustive_mixed_kinds():
     memory, zero2_dominated, and now fixed), and every value of tp, pp, dp, ep, vpp, the
     schedule, ZeRO, recompute and sp stays; context parallelism of a MoE space is
     test_bound_moe's exhaustive search."""
-    from strategies.search.space import SpaceOptions
     from tests.search_checks import assert_pruned_equals_exhaustive
     m = _qwen3_10_layers()
     cfg = dict(model=m, cluster=cluster_preset("dgx-h100", 1), gbs=8,

@@ -145,13 +145,36 @@ def test_space_proposes_the_layouts_405b():
     assert not np.any(off.cols["acc"]) and not np.any(off.cols["pp"] == 8)
 
 
+@pytest.fixture(scope="module")
+def gpt3_readme_search():
+    """The README job (GPT-3 175B on dgx-a100:128, gbs 1536) searched once, ``(report,
+    space)``: the space is the one ``run_search`` enumerated (``enumerate_space(m, cl, 1536)``
+    with the default options, captured, not built again), read by the two tests below."""
+    import simulator.search.run as run_mod
+    from simulator.search.run import SearchConfig, run_search
+    m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
+    seen = []
+
+    def captured(*args, **kw):
+        # the call the old test made itself: default options, no stack, bf16
+        assert args[3:] == (SpaceOptions(),) and kw.get("framework") is None
+        assert kw.get("dtype", "bf16") == "bf16" and kw.get("system") is None
+        seen.append(enumerate_space(*args, **kw))
+        return seen[-1]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_mod, "enumerate_space", captured)
+        rep = run_search(SearchConfig(model=m, cluster=cl, gbs=1536, workers=2))
+    (sp,) = seen
+    assert (sp.model, sp.cluster, sp.gbs) == (m, cl, 1536)
+    return rep, sp
+
+
 @pytest.mark.slow
-def test_even_rows_untouched_gpt3_default():
+def test_even_rows_untouched_gpt3_default(gpt3_readme_search):
     """The README job (GPT-3 175B, 96 layers): the even rows, their bounds and estimates are
     those of the space without layouts, bit for bit."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
-    on, off = enumerate_space(m, cl, 1536), enumerate_space(m, cl, 1536,
-                                                            SpaceOptions(layouts=False))
+    on, off = gpt3_readme_search[1], enumerate_space(m, cl, 1536, SpaceOptions(layouts=False))
     even = ~((on.cols["lf"] > 0) | (on.cols["ll"] > 0) | on.cols["acc"])
     for k, v in off.cols.items():
         assert np.array_equal(on.cols[k][even], v), k
@@ -164,18 +187,16 @@ def test_even_rows_untouched_gpt3_default():
 
 
 @pytest.mark.slow
-def test_gpt3_default_answer_unchanged():
+def test_gpt3_default_answer_unchanged(gpt3_readme_search):
     """No uneven plan can enter the README search's top 5 or its recommendation pool: each
     one's lower bound is above the 5th best and (1 + tolerance) times the best simulated
     time, so (the search being exact, and the even rows untouched) the answer is the one
     of the space without layouts."""
-    from simulator.search.run import SearchConfig, run_search
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
-    rep = run_search(SearchConfig(model=m, cluster=cl, gbs=1536, workers=2))
+    rep, sp = gpt3_readme_search
     times = [p["step_time_s"] for p in rep["plans"]]
     assert all("first_stage_layers" not in p["key"] and "account" not in p["key"]
                for p in rep["plans"])
-    sp = enumerate_space(m, cl, 1536)
     uneven = np.flatnonzero((sp.cols["lf"] > 0) | (sp.cols["ll"] > 0) | sp.cols["acc"])
     assert len(uneven)
     bounds = step_time_lower_bound(m, cl, "bf16", sp.subset(uneven))
