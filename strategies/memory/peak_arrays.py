@@ -43,7 +43,7 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
                        expert_input=None, te_inputs=None,
-                       mixer_d_inner=None) -> np.ndarray:
+                       mixer_d_inner=None, cp_impl=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -51,8 +51,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
     ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
-    ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``: as
-    ``memory_component_arrays``.
+    ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``,
+    ``cp_impl``: as ``memory_component_arrays``.
     ``memory.scalar.memory_by_stage`` is this for one job's
     plan."""
     P = as_plan_arrays(P)
@@ -70,7 +70,7 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                                    optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                                    dispatch_bytes=dispatch_bytes,
                                    expert_input=expert_input, te_inputs=te_inputs,
-                                   mixer_d_inner=mixer_d_inner)[1]
+                                   mixer_d_inner=mixer_d_inner, cp_impl=cp_impl)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
@@ -78,7 +78,7 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
                         gpu=None, clamp=False, remat_named=False, loss_bytes=None,
                         act_cache=None, optimizer_bytes=None, fsdp2=False,
                         dispatch_bytes=None, expert_input=None,
-                        te_inputs=None, mixer_d_inner=None) -> np.ndarray:
+                        te_inputs=None, mixer_d_inner=None, cp_impl=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -89,7 +89,7 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
                               loss_bytes=loss_bytes, act_cache=act_cache,
                               optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                               dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-                              te_inputs=te_inputs, mixer_d_inner=mixer_d_inner)
+                              te_inputs=te_inputs, mixer_d_inner=mixer_d_inner, cp_impl=cp_impl)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
@@ -97,12 +97,12 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                        clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
                        expert_input=None, te_inputs=None,
-                       mixer_d_inner=None) -> np.ndarray:
+                       mixer_d_inner=None, cp_impl=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
-    ``fsdp2``, ``dispatch_bytes``, ``expert_input``: the stack's (all:
-    ``memory_component_arrays``).
+    ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``,
+    ``cp_impl`` (its own K/V exchange): the stack's (all: ``memory_component_arrays``).
     A model of one layer kind: the first and the last rank, and where an uneven layout gives
     the middle ranks more layers, rank 1 (the middle rank with the most stashed
     micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
@@ -111,15 +111,15 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if mixed_layers(m):
         return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                 act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                expert_input, te_inputs, mixer_d_inner)
+                                expert_input, te_inputs, mixer_d_inner, cp_impl)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
                                           dispatch_bytes, expert_input, te_inputs,
-                                          mixer_d_inner),
+                                          mixer_d_inner, cp_impl),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
                                           dispatch_bytes, expert_input, te_inputs,
-                                          mixer_d_inner))
+                                          mixer_d_inner, cp_impl))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
@@ -128,7 +128,7 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                                  loss_bytes=loss_bytes, act_cache=act_cache,
                                  optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                                  dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-                                 te_inputs=te_inputs, mixer_d_inner=mixer_d_inner)
+                                 te_inputs=te_inputs, mixer_d_inner=mixer_d_inner, cp_impl=cp_impl)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -140,13 +140,13 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         if peak.ndim == 0:
             return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                     act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                    expert_input, te_inputs, mixer_d_inner)
+                                    expert_input, te_inputs, mixer_d_inner, cp_impl)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
                                                   clamp, remat_named, loss_bytes,
                                                   act_cache, optimizer_bytes, fsdp2,
                                                   dispatch_bytes, expert_input, te_inputs,
-                                                  mixer_d_inner)
+                                                  mixer_d_inner, cp_impl)
     return peak
 
 
@@ -154,7 +154,7 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
                      gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                      optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
                      expert_input=None, te_inputs=None,
-                     mixer_d_inner=None) -> np.ndarray:
+                     mixer_d_inner=None, cp_impl=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -166,7 +166,7 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
             loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes,
             fsdp2=fsdp2, dispatch_bytes=dispatch_bytes, expert_input=expert_input,
-            te_inputs=te_inputs, mixer_d_inner=mixer_d_inner))
+            te_inputs=te_inputs, mixer_d_inner=mixer_d_inner, cp_impl=cp_impl))
     return peak.reshape(np.shape(P.pp))
 
 

@@ -40,12 +40,21 @@ from strategies.memory.stage_stash import stashed_count
 from strategies.memory.state_arrays import (layer_state_parts, optimizer_buffer_arrays,
                                             state_bytes_per_param)
 from strategies.model import ModelSpec
-from strategies.plan.choices import CP_COMMS
+from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 
 ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
+
+
+def exchange_rows(cp_comm, cp_impl: str | None, comm: str) -> np.ndarray:
+    """Whether each plan runs K/V exchange ``comm`` (a ``CP_COMMS`` name): named by the plan
+    (``PlanArrays.cp_comm``, ``1 +`` its index) or, where the plan names none (code 0), the
+    stack's own (``cp_impl``, ``FrameworkProfile.cp_impl``; None: the ring). The one rule the
+    estimate's memory and the search's read (``memory.scalar``, ``search.space_memory``)."""
+    return np.where(np.asarray(cp_comm) == 0, cp_impl == CP_IMPL_OF[comm],
+                    np.asarray(cp_comm) == 1 + CP_COMMS.index(comm))
 
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
@@ -54,8 +63,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
                             fsdp2=False, dispatch_bytes=None, expert_input=None,
-                            te_inputs=None, cp_gather=False, mixer_d_inner=None,
-                            cp_a2a=False
+                            te_inputs=None, mixer_d_inner=None, cp_impl=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -102,11 +110,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
     per-tensor fp8; None: the 16-bit table). ``te_inputs``: bytes per element at which the
     stack's Transformer Engine dense modules save their inputs
-    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_gather``: the
-    stack runs Transformer Engine's all-gather context parallelism (``FrameworkProfile.cp_impl``
-    "allgather", plan ``cp_comm``): its attention's working set with ``cp > 1``
-    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other"; ``cp_a2a`` the same
-    for its all-to-all context parallelism (``cost.cp_a2a.working_bytes``), and each layer's
+    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_impl``: the
+    K/V exchange the stack runs as its own (``FrameworkProfile.cp_impl``; a plan naming none,
+    ``PlanArrays.cp_comm`` 0; None: the ring), each row's exchange by ``exchange_rows``:
+    Transformer Engine's all-gather attention's working set with ``cp > 1``
+    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other", its all-to-all's
+    (``cost.cp_a2a.working_bytes``) too, and each layer's
     saved head-sharded output in its stash (``cost.cp_a2a.saved_delta``). ``mixer_d_inner``:
     the ``d_inner`` tensors the stack's Mamba-2 mixer saves (``FrameworkProfile.
     mamba_saved_d_inner``, ``mixer_saved.mixer_saved_delta``; None: the table's three)."""
@@ -128,12 +137,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s = m.seq_length
     load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp,
                                  P.moe_pad_to_capacity)
-    # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_a2a``) or the one a plan
+    # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_impl``) or the one a plan
     # names (``PlanArrays.cp_comm``)
-    a2a = np.where(P.cp_comm == 0, cp_a2a, P.cp_comm == 1 + CP_COMMS.index("a2a"))
+    a2a = exchange_rows(P.cp_comm, cp_impl, "a2a")
     # a2a+p2p (§5.189): its all-to-all's buffers, and from Transformer Engine 2.15 on a2a's
     # saved head-sharded output (``cost.cp_hier``, §5.191; the newest releases' rule)
-    hier = P.cp_comm == 1 + CP_COMMS.index("a2a+p2p")
+    hier = exchange_rows(P.cp_comm, cp_impl, "a2a+p2p")
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
@@ -234,9 +243,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
         (head, held, tensors, tp, freed, tied_copy), optimizer_bytes)
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
-    # the all-gather attention's gathered K/V and dK/dV (§5.134): the stack's own exchange
-    # (``cp_gather``) or the one a plan names (``PlanArrays.cp_comm``: 2 all_gather, 1 p2p)
-    gather = np.where(P.cp_comm == 0, cp_gather, P.cp_comm == 1 + CP_COMMS.index("all_gather"))
+    # the all-gather attention's gathered K/V and dK/dV (§5.134, §5.195): the stack's own
+    # exchange (``cp_impl``) or the one a plan names (``PlanArrays.cp_comm``)
+    gather = exchange_rows(P.cp_comm, cp_impl, "all_gather")
     if np.any(gather):
         other = other + np.where(gather & (cp > 1), cp_allgather.working_bytes(m, b, tp, cp), 0.0)
     # the all-to-all attention's send and receive buffers (§5.185)

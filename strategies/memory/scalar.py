@@ -174,8 +174,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,
         dispatch_bytes=act.job_dispatch_bytes(job),
         expert_input=act.job_expert_input_bytes(job), te_inputs=act.job_te_linear_bytes(job),
-        cp_gather=job.framework.cp_impl == "allgather", cp_a2a=job.framework.cp_impl == "a2a",
-        mixer_d_inner=job.framework.mamba_saved_d_inner)
+        mixer_d_inner=job.framework.mamba_saved_d_inner, cp_impl=job.framework.cp_impl)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

@@ -26,7 +26,7 @@ class SpaceMemory:
     as the memory rule reads it (fp8 weight copies); ``clamp``: the stack runs gpt-oss's eager
     clamp, ``remat_named`` a JAX remat policy; ``loss_bytes``, ``act_cache``,
     ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input``, ``te_inputs``,
-    ``mixer_d_inner`` the stack's."""
+    ``mixer_d_inner``, ``cp_impl`` (its own K/V exchange) the stack's."""
 
     model: ModelSpec
     dtype: str
@@ -42,13 +42,15 @@ class SpaceMemory:
     expert_input: float | None = None
     te_inputs: tuple[float, float, float, float] | None = None
     mixer_d_inner: int | None = None
+    cp_impl: str | None = None
 
     def peak(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Peak bytes of each row of ``cols``."""
         return peak_memory_arrays(self.model, cols, self.dtype, self.system, self.gpu,
                                   self.clamp, self.remat_named, self.loss_bytes, self.act_cache,
                                   self.optimizer_bytes, self.fsdp2, self.dispatch_bytes,
-                                  self.expert_input, self.te_inputs, self.mixer_d_inner)
+                                  self.expert_input, self.te_inputs, self.mixer_d_inner,
+                                  self.cp_impl)
 
 
 def space_memory(model: ModelSpec, gpu: GPU, dtype: str, stack: FrameworkProfile,
@@ -78,4 +80,7 @@ def space_memory(model: ModelSpec, gpu: GPU, dtype: str, stack: FrameworkProfile
         # Transformer Engine's dense modules' saved inputs (memory.te_linear_saved)
         te_inputs=job_te_linear_inputs(stack, dtype, gpu.fp8_tn_only),
         # a Mamba-2 mixer's saved d_inner tensors (memory.mixer_saved)
-        mixer_d_inner=stack.mamba_saved_d_inner)
+        mixer_d_inner=stack.mamba_saved_d_inner,
+        # the exchange of a plan naming no cp_comm: its working set (memory.rank_components.
+        # exchange_rows; MaxText's all-gather, §5.195)
+        cp_impl=stack.cp_impl)
