@@ -132,7 +132,7 @@ class Interleaved(Schedule):
         ``send_backward_recv_backward``; every call ``Exchange.overlapped`` (its receive waited
         for just before the next pass of the same kind). The warm-up's and the cool-down's
         calls are ``Exchange.waited`` (the next pass waits for the whole call: core_v0.13.0
-        ``schedules.py`` L1188-1215, L1576, ``wait_on_reqs``) unless ``warmup_flush``
+        ``schedules.py`` L1188-1215, L1575, ``wait_on_reqs``) unless ``warmup_flush``
         (``overlap_p2p_comm_warmup_flush``; docs/calibration.md §5.207).
 
         >>> [str(a) for a in get_schedule("interleaved").overlapped_actions(1, 2, 2, 2)][:5]

@@ -122,7 +122,7 @@ class StackComm:
     #: overlapped too (Megatron-Core >= core_v0.10.0 ``overlap_p2p_comm_warmup_flush``,
     #: default False, set by no NeMo or Megatron-Bridge recipe). False: each warm-up
     #: ``send_forward_recv_forward`` and cool-down ``send_backward_recv_backward`` is waited
-    #: for at once, sends and receives (core_v0.13.0 ``schedules.py`` L1188-1215, L1576;
+    #: for at once, sends and receives (core_v0.13.0 ``schedules.py`` L1188-1215, L1575;
     #: ``p2p_communication._communicate(wait_on_reqs=True)``), only the steady state's
     #: overlapped (``strategies.schedules.interleaved.Interleaved.overlapped_actions``;
     #: docs/calibration.md §5.205, §5.207)
