@@ -61,7 +61,7 @@ def test_alike_hops_keep_the_single_hop_price(stride, pp, nodes):
 
 @pytest.mark.parametrize("plan,before,tol", [
     ("tp=2,pp=8,dp=1,mbs=1,sp=true,gbs=32", -0.076, 0.025),
-    ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=32", -0.020, 0.07)])
+    ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=32", -0.055, 0.07)])
 def test_estimate_meets_the_contention_free_simulation(plan, before, tol, monkeypatch):
     """A pipeline of stages 2 GPUs apart over two DGX H100 nodes at 1/8 of their network
     (the node-crossing hop 0.85 ms, the others 0.015 ms): estimate against the
@@ -71,7 +71,9 @@ def test_estimate_meets_the_contention_free_simulation(plan, before, tol, monkey
     (docs/calibration.md §5.68) the interleaved plan exposes only the chain through every hop
     and back, priced at the worst rank's neighbours' mean: +3.1 %, the single-hop price
     -2.1 %. Since the attention grid (§5.130) the compute is longer: 1F1B +2.1 % (single hop
-    -7.6 %), interleaved +2.9 % (-2.0 %)."""
+    -7.6 %), interleaved +2.9 % (-2.0 %). Since the simulator waits for the warm-up's and
+    cool-down's calls as Megatron-Core does (§5.207: each forward's send over the slow hop
+    holds the lock-step) the interleaved simulation is 3.8 % longer: -0.9 % (-5.5 %)."""
     cl = dataclasses.replace(H100x2, inter_node_bandwidth=H100x2.inter_node_bandwidth / 8)
     job = make_job(MODEL, cl, parse_plan(plan))
     sim = simulate(job, network="contention-free").step_time_s

@@ -167,14 +167,21 @@ def test_flushes_compose_one_flush_and_cost_time():
 
 def test_a_larger_group_holds_more_and_runs_as_long():
     """Megatron's ``microbatch_group_size_per_vp_stage`` above ``pp``: more warm-up forwards,
-    so more stashed micro-batches, and (free communication) the same pipeline span."""
+    so more stashed micro-batches, and the same pipeline span; the step longer only by the
+    warm-up's and cool-down's waited sends, ``2(v − 1)(g − pp)`` messages more
+    (docs/calibration.md §5.207)."""
     plans = [parse_plan(f"tp=1,pp=4,dp=2,mbs=1,gbs=64,schedule=interleaved,vpp=2{g}")
              for g in ("", ",microbatch_group_size=8", ",microbatch_group_size=16")]
     pa = PlanArrays.from_plans(plans)
     peaks = peak_memory_arrays(DENSE, pa, "bf16", None, CL.gpu)
     assert peaks[0] < peaks[1] < peaks[2]
-    t = estimate_arrays(DENSE, CL, "bf16", pa)["step_time_s"]
-    assert t[0] == t[1] == t[2]
+    r = estimate_arrays(DENSE, CL, "bf16", pa)
+    span = r["step_time_s"] - r["pp_comm"]
+    assert span[1] == pytest.approx(span[0], rel=1e-12)
+    assert span[2] == pytest.approx(span[0], rel=1e-12)
+    for k, g in ((1, 8), (2, 16)):
+        assert r["pp_comm"][k] - r["pp_comm"][0] == pytest.approx(
+            2 * (2 - 1) * (g - 4) * r["p2p_time_s"][k], rel=1e-9)
 
 
 def test_the_mask_applies_the_job_rules():

@@ -77,9 +77,11 @@ def test_max_min_memo_gives_the_solver_rates_and_keeps_them():
 
 def test_kept_schedule_actions_are_the_schedule_s():
     sched = get_schedule("interleaved")
-    for overlapped in (False, True):
-        f = sched.overlapped_actions if overlapped else sched.actions
+    for overlapped, flush in ((False, False), (True, False), (True, True)):
         for stage in range(4):
-            kept = compiler._actions("interleaved", overlapped, stage, 4, 8, 2, None)
-            assert kept == tuple(f(stage, 4, 8, 2, None))
-            assert compiler._actions("interleaved", overlapped, stage, 4, 8, 2, None) is kept
+            want = sched.overlapped_actions(stage, 4, 8, 2, None, flush) if overlapped \
+                else sched.actions(stage, 4, 8, 2, None)
+            kept = compiler._actions("interleaved", overlapped, flush, stage, 4, 8, 2, None)
+            assert kept == tuple(want)
+            assert compiler._actions("interleaved", overlapped, flush, stage, 4, 8, 2,
+                                     None) is kept

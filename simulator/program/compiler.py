@@ -107,24 +107,26 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     sched = get_schedule(p.schedule).for_job(job)
     # Megatron-Core's overlap_p2p_comm calls (docs/calibration.md §5.68)
     overlapped = bool(job.framework.overlap_p2p_comm and sched.overlaps_p2p and p.pp > 1)
+    flush = job.framework.overlap_p2p_comm_warmup_flush     # §5.207
     args = (b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size)
     if sched is get_schedule(p.schedule):     # not bound to the job's times: the same order
-        b.run(_actions(p.schedule, overlapped, *args))      # for every job with these args
+        b.run(_actions(p.schedule, overlapped, flush, *args))   # for every job with these args
     else:
-        b.run(sched.overlapped_actions(*args) if overlapped else sched.actions(*args))
+        b.run(sched.overlapped_actions(*args, flush) if overlapped else sched.actions(*args))
     return b.finish()
 
 
 @lru_cache(maxsize=256)
-def _actions(schedule: str, overlapped: bool, stage: int, pp: int, m: int, vpp: int,
-             group_size: int | None) -> tuple:
-    """The registered ``schedule``'s actions (``overlapped_actions`` or ``actions``) of one
-    rank, a pure function of its arguments, kept for the process: a search simulates plans
-    that share a pipeline shape (twins that differ only in ZeRO or SP), and the actions are
-    immutable (``Step``, ``Exchange``)."""
+def _actions(schedule: str, overlapped: bool, flush: bool, stage: int, pp: int, m: int,
+             vpp: int, group_size: int | None) -> tuple:
+    """The registered ``schedule``'s actions (``overlapped_actions``, with ``flush`` its
+    ``warmup_flush``, or ``actions``) of one rank, a pure function of its arguments, kept
+    for the process: a search simulates plans that share a pipeline shape (twins that
+    differ only in ZeRO or SP), and the actions are immutable (``Step``, ``Exchange``)."""
     sched = get_schedule(schedule)
-    f = sched.overlapped_actions if overlapped else sched.actions
-    return tuple(f(stage, pp, m, vpp, group_size))
+    if overlapped:
+        return tuple(sched.overlapped_actions(stage, pp, m, vpp, group_size, flush))
+    return tuple(sched.actions(stage, pp, m, vpp, group_size))
 
 
 def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str = "chunk",

@@ -54,12 +54,15 @@ class PipelineTransfers:
         receives on another; with pp > 2 one per neighbour), the sends after the pass that
         produced them, the receives posted now; no compute waits for the call here: a
         receive (and its tensor-parallel gather) is waited for just before the next pass of
-        its kind (``take_received``)."""
+        its kind (``take_received``). A ``waited`` call is waited for whole before the next
+        pass: its sends and its receives (docs/calibration.md §5.207)."""
         streams = self.streams      # ``_add`` written out (positional, as ``coll``)
         for d, i, c in x.sends:
             what, dst, name = self._overlapped_lane("send", d, i, c)
             op_id = self.next_id
             self.next_id += 1
+            if x.waited:
+                self.wait.append(op_id)
             streams[name].append(Send(op_id, name, dst, self.c.p2p_bytes, d, f"send {what}", i,
                                       c, tuple(y for y in self.produced[(what[0], i, c)]
                                                if y is not None)))
@@ -69,6 +72,8 @@ class PipelineTransfers:
             self.next_id += 1
             streams[name].append(Recv(r, name, src, d, f"recv {what}", i, c, ()))
             self.received.setdefault(d, []).append((r, what, i, c))
+        for d in sorted({d for d, _, _ in x.recvs}) if x.waited else ():
+            self.take_received(d)
 
     def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[str, int, str]:
         """``(pass label, peer rank, stream)`` of one transfer (``kind`` ``"send"`` or

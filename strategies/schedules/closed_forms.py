@@ -39,11 +39,12 @@ class ClosedForms:
         """Point-to-point exchange rounds on the critical path: ``m·fill + pp - 1``."""
         return m * self.fill_chunks(vpp) + pp - 1
 
-    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any) -> Any:
+    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any,
+                            group: Any = None) -> Any:
         """Seconds of pipeline messages exposed under ``overlap_p2p_comm`` (``t`` one
-        message, ``hiding`` the pass that runs before a steady call is waited for): a
-        schedule without overlapped calls (``overlaps_p2p`` False) blocks on each,
-        ``t·exposed_messages``."""
+        message, ``hiding`` the pass that runs before a steady call is waited for, ``group``
+        the micro-batch group, None: ``pp``): a schedule without overlapped calls
+        (``overlaps_p2p`` False) blocks on each, ``t·exposed_messages``."""
         return np.asarray(t, dtype=float) * self.exposed_messages(m, pp, vpp)
 
     def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:

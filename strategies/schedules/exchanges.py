@@ -32,11 +32,15 @@ class Exchange:
     ``overlapped``: an ``overlap_p2p_comm`` call instead (Megatron-Core's interleaved
     schedule): lone transfers on NCCL's per-peer streams (``p2p_streams.stream_of``), each
     receive waited for only just before the next pass of its kind (docs/calibration.md
-    §5.68)."""
+    §5.68). ``waited``: an ``overlapped`` call the next pass waits for whole, its sends and
+    receives (``p2p_communication._communicate(wait_on_reqs=True)``: Megatron-Core's
+    interleaved warm-up and cool-down calls without ``overlap_p2p_comm_warmup_flush``,
+    docs/calibration.md §5.207)."""
 
     sends: tuple[Msg, ...] = ()
     recvs: tuple[Msg, ...] = ()
     overlapped: bool = False
+    waited: bool = False
 
     def __str__(self) -> str:
         parts = [" ".join(f"send {d} {i}.{c}" for d, i, c in self.sends),
@@ -81,10 +85,10 @@ class Boundary:
 
 
 def add_exchange(out: list, sends: tuple = (), recvs: tuple = (),
-                 overlapped: bool = False) -> None:
-    """Append ``Exchange(sends, recvs, overlapped)`` unless both are empty."""
+                 overlapped: bool = False, waited: bool = False) -> None:
+    """Append ``Exchange(sends, recvs, overlapped, waited)`` unless both are empty."""
     if sends or recvs:
-        out.append(Exchange(tuple(sends), tuple(recvs), overlapped))
+        out.append(Exchange(tuple(sends), tuple(recvs), overlapped, waited))
 
 
 def split_passes(steps: list[Step]) -> tuple[list[Step], list[Step]]:
@@ -113,14 +117,15 @@ def around_each_step(steps: list[Step], ring: Boundary) -> list:
 
 def pipeline_actions(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
                      group_size: int | None = None, ep_overlap: bool = False,
-                     overlap_p2p: bool = False) -> list:
+                     overlap_p2p: bool = False, warmup_flush: bool = False) -> list:
     """The steps of ``schedule`` on ``stage`` with the exchanges it issues; ``ep_overlap``:
     Megatron-Core's combined 1F1B order (``strategies.schedules.combined``); ``overlap_p2p``:
-    the stack runs ``overlap_p2p_comm`` (only schedules with ``overlaps_p2p`` change)."""
+    the stack runs ``overlap_p2p_comm`` (only schedules with ``overlaps_p2p`` change);
+    ``warmup_flush``: its ``overlap_p2p_comm_warmup_flush`` too."""
     if ep_overlap:
         from strategies.schedules.combined import combined_actions
         return combined_actions(schedule, stage, pp, m, vpp, group_size)
     sched = get_schedule(schedule)
     if overlap_p2p and sched.overlaps_p2p and pp > 1:
-        return sched.overlapped_actions(stage, pp, m, vpp, group_size)
+        return sched.overlapped_actions(stage, pp, m, vpp, group_size, warmup_flush)
     return sched.actions(stage, pp, m, vpp, group_size)

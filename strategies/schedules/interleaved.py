@@ -124,13 +124,16 @@ class Interleaved(Schedule):
         return out
 
     def overlapped_actions(self, stage: int, pp: int, m: int, vpp: int = 1,
-                           group_size: int | None = None) -> list:
+                           group_size: int | None = None, warmup_flush: bool = False) -> list:
         """Megatron-Core's order with ``overlap_p2p_comm`` (``schedules.
         forward_backward_pipelining_with_interleaving``): after each forward one
         ``send_forward_recv_forward`` (its output, the next forward's input), after the last
         warm-up forward a ``recv_backward``, after each backward one
         ``send_backward_recv_backward``; every call ``Exchange.overlapped`` (its receive waited
-        for just before the next pass of the same kind).
+        for just before the next pass of the same kind). The warm-up's and the cool-down's
+        calls are ``Exchange.waited`` (the next pass waits for the whole call: core_v0.13.0
+        ``schedules.py`` L1188-1215, L1575, ``wait_on_reqs``) unless ``warmup_flush``
+        (``overlap_p2p_comm_warmup_flush``; docs/calibration.md §5.207).
 
         >>> [str(a) for a in get_schedule("interleaved").overlapped_actions(1, 2, 2, 2)][:5]
         ['X(recv fwd 0.0)', 'F0.c0', 'X(send fwd 0.0 | recv fwd 1.0)', 'F1.c0', \
@@ -143,14 +146,16 @@ class Interleaved(Schedule):
         total, out = len(fwd), []
         rem = total - w
 
-        def call(sends: tuple = (), recvs: tuple = ()) -> None:
-            add_exchange(out, sends, recvs, overlapped=True)
+        def call(sends: tuple = (), recvs: tuple = (), waited: bool = False) -> None:
+            add_exchange(out, sends, recvs, overlapped=True, waited=waited and not warmup_flush)
 
         def after_f(k: int) -> None:
-            call(ring.send_out(fwd[k]), ring.recv_in(fwd[k + 1] if k + 1 < total else None))
+            call(ring.send_out(fwd[k]), ring.recv_in(fwd[k + 1] if k + 1 < total else None),
+                 k < w)
 
         def after_b(k: int) -> None:
-            call(ring.send_out(bwd[k]), ring.recv_in(bwd[k + 1] if k + 1 < total else None))
+            call(ring.send_out(bwd[k]), ring.recv_in(bwd[k + 1] if k + 1 < total else None),
+                 k >= rem)
 
         call(recvs=ring.recv_in(fwd[0]))
         for k in range(w):
@@ -193,16 +198,22 @@ class Interleaved(Schedule):
         m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
         return m * vpp + 2 * (pp - 1) + (vpp - 1) * pp - 1
 
-    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any) -> Any:
+    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any,
+                            group: Any = None) -> Any:
         """``overlap_p2p_comm`` (``overlapped_actions``; docs/calibration.md §5.68): the
-        chain of one micro-batch's forward through the ``pp·v`` virtual stages and of the
-        last one's backward back, ``2(pp·v − 1)`` messages, has nothing to hide under (the
-        fill and the drain); each of the other exchanges the blocking order charges
+        fill and the drain have nothing to hide under. The warm-up's calls are waited for
+        whole (§5.207), so rank 0 runs the ``(v − 1)·G`` forwards before its first of the
+        last chunk at a forward and a message each (``G = max(group, pp)``, ``group`` the
+        micro-batch group, None: ``pp``), then the micro-batch crosses the ``pp − 1`` hops
+        left; the drain mirrors it: ``2((v − 1)·G + pp − 1)`` messages, at ``G = pp`` the
+        chain of one micro-batch through the ``pp·v`` virtual stages and back,
+        ``2(pp·v − 1)``. Each of the other exchanges the blocking order charges
         (``exposed_messages`` less the chain) leaves what outlasts the pass run before its
         wait, ``p2p_streams.overlapped_exposed(t, hiding)`` (0 where every pass outlasts a
         message: the step is then the compute span plus the chain, as simulated)."""
         m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
-        chain = 2 * (pp * vpp - 1)
+        g = pp if group is None else np.maximum(np.asarray(group, dtype=float), pp)
+        chain = 2 * ((vpp - 1) * g + pp - 1)
         steady = np.maximum(self.exposed_messages(m, pp, vpp) - chain, 0.0)
         return np.asarray(t, dtype=float) * chain + steady * overlapped_exposed(t, hiding)
 

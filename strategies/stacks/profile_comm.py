@@ -118,6 +118,15 @@ class StackComm:
     #: NeMo's ``MegatronCommOverlapCallback`` sets it when vp > 1. False: blocking batched
     #: calls (Megatron-LM 2021's ``batch_isend_irecv``, no such option; torch pipelining)
     overlap_p2p_comm: bool = False
+    #: with ``overlap_p2p_comm``, the interleaved warm-up's and cool-down's calls are posted
+    #: overlapped too (Megatron-Core >= core_v0.10.0 ``overlap_p2p_comm_warmup_flush``,
+    #: default False, set by no NeMo or Megatron-Bridge recipe). False: each warm-up
+    #: ``send_forward_recv_forward`` and cool-down ``send_backward_recv_backward`` is waited
+    #: for at once, sends and receives (core_v0.13.0 ``schedules.py`` L1188-1215, L1575;
+    #: ``p2p_communication._communicate(wait_on_reqs=True)``), only the steady state's
+    #: overlapped (``strategies.schedules.interleaved.Interleaved.overlapped_actions``;
+    #: docs/calibration.md §5.205, §5.207)
+    overlap_p2p_comm_warmup_flush: bool = False
     #: in a quantised precision, dispatches the MoE's routed tokens in that precision with
     #: their scales, the combine in 16 bits (``counts.dispatch_element_bytes``: the
     #: all-to-all's bytes, the permutations' and the send buffer's). DeepSeek-V3 (arXiv

@@ -119,6 +119,10 @@ def check_profile(fw: "FrameworkProfile") -> None:
                         "must be a number of parameters >= 0")
     if not isinstance(fw.sp_regather, bool):
         raise SpecError("framework.sp_regather", fw.sp_regather, "must be true or false")
+    if fw.overlap_p2p_comm_warmup_flush and not fw.overlap_p2p_comm:
+        raise SpecError("framework.overlap_p2p_comm_warmup_flush",
+                        fw.overlap_p2p_comm_warmup_flush,
+                        "needs overlap_p2p_comm (Megatron-Core's model_parallel_config)")
     if not isinstance(fw.grad_in_param_dtype, bool):
         raise SpecError("framework.grad_in_param_dtype", fw.grad_in_param_dtype,
                         "must be true or false")

@@ -65,6 +65,12 @@ def ranked_messages(sched: Any, mb: Any, pp: Any, v: Any, times: tuple[Any, Any,
     return np.maximum(np.max(paths, axis=0) - pipe, fewest)
 
 
+def microbatch_groups(P: PlanArrays) -> Any:
+    """Forwards of one chunk a rank runs before the next chunk's (Megatron-Core's
+    ``microbatch_group_size_per_vp_stage``), ``pp`` where the plan leaves it unset."""
+    return np.where(P.microbatch_group_size > 0, P.microbatch_group_size, P.pp)
+
+
 def p2p_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, profile: FrameworkProfile,
                 st: StageTimes, span: Span, mb: Any, lps: Any) -> tuple[Any, Any]:
     """One pipeline message's seconds ``t_p2p`` and the messages' exposed seconds per step of
@@ -98,9 +104,13 @@ def p2p_exposed(sc: StageCostArrays, cl: Cluster, P: PlanArrays, profile: Framew
     ov = attr_by_code(sched, "overlaps_p2p").astype(bool) & (pp > 1) & bool(
         profile.overlap_p2p_comm)
     if np.any(ov):
+        # the warm-up's and cool-down's calls waited for whole unless
+        # ``overlap_p2p_comm_warmup_flush`` (§5.207; with it §5.68's chain, not re-measured)
+        group = pp if profile.overlap_p2p_comm_warmup_flush else microbatch_groups(P)
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
                                            pair_message_hiding(lps / v * sc.layer_fwd,
                                                                P.ep_overlap,
-                                                               sc.dw_attn * P.delay_wgrad)),
+                                                               sc.dw_attn * P.delay_wgrad),
+                                           group),
                               pp_exposed)
     return t_p2p, pp_exposed

@@ -17,6 +17,7 @@ from strategies.cost.stage import StageCostArrays, sp_grad_allreduce_bytes
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import Z2_SPLIT
 from strategies.estimate.terms.grad_reduce import GradReduce, end_params
+from strategies.estimate.terms.messages import microbatch_groups
 from strategies.estimate.terms.ranks import rank_of_max
 from strategies.estimate.terms.stages import StageTimes
 from strategies.estimate.terms.zero2 import Zero2
@@ -169,7 +170,7 @@ def _start_exposed(sc: StageCostArrays, P: PlanArrays, st: StageTimes, gr: GradR
     chunk 0's ``heads[k]`` seconds before the start, one bucket (its whole gather exposable).
     Seconds."""
     pp, v = P.pp, P.vpp
-    group = np.where(P.microbatch_group_size > 0, P.microbatch_group_size, pp)
+    group = microbatch_groups(P)
     n_first, n_mid, _ = st.n_k
     tau = [n * f_layer / v + t_p2p for n in st.n_k]
     pace = warmup_pace(tau, pp, group)
