@@ -185,48 +185,67 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     """``template``'s program moved to ``rank`` of the same stage: the same ops with the
     rank's own peers and groups (programs depend on the stage and the groups only). Ops are
     immutable, so the ranks of one group share its collective ops: ``shared`` (one dict per
-    ``compile_job``) keeps them by template op and group."""
+    ``compile_job``) keeps them by template group and group, with the template's places of
+    the ops (``_places``: worked out once per template)."""
     t = template.rank
     groups = {layout.group(d, t): layout.group(d, rank)
               for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr",
                         "stats") if d != "stats" or d in layout._groups}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
-    moved_group: dict[int, tuple] = {}   # id of a template group (the template holds it) -> g
+    places = shared.get(id(template))
+    if places is None or places[0] is not template:
+        places = shared[id(template)] = (template, _places(template))
     streams = {}
-    for name, ops in template.streams.items():
-        new = []
-        for op in ops:
-            kind = type(op)
-            if kind is Compute:
-                new.append(op)
-            elif kind is Collective:
-                g = moved_group.get(id(op.group))
-                if g is None:
-                    g = groups.get(op.group)
-                    if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp
-                        g = tuple(peers[r] for r in op.group)    # members
-                    moved_group[id(op.group)] = g
-                key = (id(op), g)
-                moved = shared.get(key)
-                if moved is None:
-                    algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
-                        else op.algorithm
-                    # (every field but the group is the template's: the remote share of a
-                    # forwarded all-to-all included, or the members of one rendezvous
-                    # would disagree on its bytes and the last to arrive would decide)
-                    moved = shared[key] = Collective(
-                        op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag, op.category,
-                        op.label, op.repeat, op.microbatch, op.chunk, op.deps, op.remote_scale,
-                        op.nvlink_share, op.sms)
-                new.append(moved)
-            # positional construction: dataclasses.replace costs several times more, and a
-            # template of a large job is relabelled for every rank of its stage
-            elif kind is Send:
-                new.append(Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
-                                op.microbatch, op.chunk, op.deps, op.blocking))
-            else:
-                new.append(Recv(op.id, op.stream, peers[op.src], op.tag, op.label,
-                                op.microbatch, op.chunk, op.deps))
-        streams[name] = tuple(new)
+    for name, (ops, by_group, p2p) in places[1].items():
+        new = np.array(ops, dtype=object) if by_group or p2p else None
+        for group, (where, colls) in by_group.items():
+            g = groups.get(group)
+            if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp members
+                g = tuple(peers[r] for r in group)
+            key = (id(colls), g)
+            moved = shared.get(key)
+            if moved is None:
+                # (every field but the group is the template's: the remote share of a
+                # forwarded all-to-all included, or the members of one rendezvous would
+                # disagree on its bytes and the last to arrive would decide)
+                moved = np.empty(len(colls), dtype=object)
+                moved[:] = [Collective(
+                    op.id, op.stream, op.kind, g, op.nbytes,
+                    layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise"
+                    else op.algorithm, op.tag, op.category, op.label, op.repeat,
+                    op.microbatch, op.chunk, op.deps, op.remote_scale, op.nvlink_share,
+                    op.sms) for op in colls]
+                shared[key] = moved
+            new[where] = moved
+        # positional construction: dataclasses.replace costs several times more, and a
+        # template of a large job is relabelled for every rank of its stage
+        for k, op in p2p:
+            new[k] = Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
+                          op.microbatch, op.chunk, op.deps, op.blocking) if type(op) is Send \
+                else Recv(op.id, op.stream, peers[op.src], op.tag, op.label, op.microbatch,
+                          op.chunk, op.deps)
+        streams[name] = ops if new is None else tuple(new.tolist())
     return Program(rank, template.stage, streams, template.meta)
+
+
+def _places(template: Program) -> dict[str, tuple]:
+    """Per stream of ``template``: its ops, its collectives by group (the group -> (their
+    places as an index array, the ops: a tuple that lives as long as the template's memo)),
+    in the order of each group's first op, and its sends and receives ``(place, op)``; what
+    ``relabel`` changes for each rank, the compute ops being every rank's own."""
+    out = {}
+    for name, ops in template.streams.items():
+        by_group: dict[tuple, tuple[list, list]] = {}
+        p2p = []
+        for k, op in enumerate(ops):
+            kind = type(op)
+            if kind is Collective:
+                where, colls = by_group.setdefault(op.group, ([], []))
+                where.append(k)
+                colls.append(op)
+            elif kind is not Compute:
+                p2p.append((k, op))
+        out[name] = (ops, {g: (np.array(w, dtype=np.intp), tuple(c))
+                           for g, (w, c) in by_group.items()}, p2p)
+    return out

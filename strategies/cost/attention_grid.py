@@ -415,13 +415,18 @@ def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: in
     slots = sms * k
     useful = groups * _window_total(2 * cp * q, cap) / cp
     worst = 0.0
-    for r in range(cp):
+    seen: dict[bytes, float] = {}  # a schedule's jobs -> its makespan: ranks with the same
+    for r in range(cp):             # jobs (one-tile chunks, a sliding window's band) share it
         one = [_gather_lengths(kernel.order, q, j, fwd, cap) for j in (r, 2 * cp - 1 - r)]
         run = min(groups, max(1, MAX_JOBS // sum(map(len, one))))
         # the first chunk's kernel, then the second's
         jobs = np.concatenate([np.tile(cta_times(x, k, c0), run) for x in one])
         rest = (groups - run) * sum(sum(x) + c0 * len(x) for x in one) / sms
-        worst = max(worst, list_schedule(jobs, slots) + rest)
+        key = jobs.tobytes()
+        t = seen.get(key)
+        if t is None:
+            t = seen[key] = list_schedule(jobs, slots)
+        worst = max(worst, t + rest)
     return useful / sms / worst
 
 
