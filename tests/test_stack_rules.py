@@ -208,3 +208,16 @@ def test_mixed_cluster_search_gives_per_rank_counts_only_where_the_stack_can():
             assert not plan_violations(PROFILES[name], plan)
     assert not any("layers_per_stage" in k for k in keys["megatron-deepspeed"])
     assert any("layers_per_stage" in k for k in keys["torchtitan"])
+
+
+def test_member_is_isin_on_one_value_and_on_columns():
+    """``validity.member``: the rules' one membership test gives ``np.isin``'s answer on a
+    plan's single values (Python ints, numpy scalars, 0-d arrays) and on the search's columns,
+    empty and repeated allowed sets included."""
+    from strategies.schedules.validity import member
+    cols = np.array([0, 1, 2, 3, 3, 7])
+    for allowed in ([], [3], (1, 3), [0, 7, 7], range(2, 5)):
+        assert np.array_equal(member(cols, allowed), np.isin(cols, list(allowed)))
+        for v in (0, 3, np.int64(7), np.array(2), np.int32(5)):
+            got = member(v, allowed)
+            assert np.ndim(got) == 0 and bool(got) == bool(np.isin(v, list(allowed)))

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from strategies.errors import SpecError
 
 #: One validity rule: ``(field, value, ok, why)``; ``ok`` a bool or a bool array, ``why`` a
 #: function giving the message (built only when the rule fails on a scalar).
 Rule = tuple[str, Any, Any, Callable[[], str]]
+
+
+def member(values: Any, allowed: Iterable[Any]) -> Any:
+    """Where ``values`` are among ``allowed``: ``np.isin`` over arrays (the search's columns),
+    one ``in`` test on a single value (a plan's own rules, ``plan_violations``), where
+    ``np.isin``'s set-up costs ~40 µs a call; the same answer either way."""
+    if np.ndim(values) == 0:
+        return np.bool_(values in tuple(allowed))
+    return np.isin(values, list(allowed))
 
 
 def raise_first(rules: Iterable[Rule]) -> None:

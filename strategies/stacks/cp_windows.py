@@ -37,6 +37,7 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
+from strategies.schedules.validity import member
 
 if TYPE_CHECKING:
     from strategies.model import ModelSpec
@@ -81,7 +82,7 @@ def window_exchange_ok(m: "ModelSpec", fw: "FrameworkProfile", cp: Any, cpc: Any
         return np.ones(np.shape(cp), dtype=bool) if np.ndim(cp) else True
     codes = [0] * (fw.cp_impl in allowed) + [1 + i for i, c in enumerate(CP_COMMS)
                                               if CP_IMPL_OF[c] in allowed]
-    ok = (np.asarray(cp) == 1) | np.isin(cpc, codes)
+    ok = (np.asarray(cp) == 1) | member(cpc, codes)
     return ok if np.ndim(ok) else bool(ok)
 
 

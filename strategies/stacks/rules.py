@@ -69,7 +69,7 @@ from strategies.plan import DISPATCHERS
 from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
-from strategies.schedules.validity import Rule
+from strategies.schedules.validity import Rule, member
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -85,12 +85,12 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     who = f"{fw.name} "
     pp1 = v.pp == 1
     runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
-    stages_ok = np.isin(v.zero, fw.zero_stages)
+    stages_ok = member(v.zero, fw.zero_stages)
     rules: list[Rule] = []
     if fw.max_pp is not None:     # before the schedule's rule: pp is what a plan asked for
         rules.append(("pp", v.pp, v.pp <= fw.max_pp,
                       lambda: who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
-    rules.append(("schedule", v.schedule, pp1 | np.isin(v.schedule, runs),
+    rules.append(("schedule", v.schedule, pp1 | member(v.schedule, runs),
                   lambda: who + "runs " + (", ".join(fw.schedules) if fw.schedules
                                            else "no pipeline parallelism")))
     if fw.max_tp is not None:
@@ -110,12 +110,12 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append((field, getattr(v, field), ~np.asarray(getattr(v, field), bool) | has,
                       lambda what=what: who + f"has no {what}"))
     rules.append(("recompute", v.recompute,
-                  np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
+                  member(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
                   lambda: who + f"recomputes {', '.join(fw.recompute)}"
                   + (f" ({fw.recompute_note})" if fw.recompute_note else "")))
     rules.append(("recompute_method", v.recompute_method,
                   (np.asarray(v.recompute_layers) == 0)
-                  | np.isin(v.recompute_method, [METHOD_CODE[x] for x in fw.recompute_methods]),
+                  | member(v.recompute_method, [METHOD_CODE[x] for x in fw.recompute_methods]),
                   lambda: who + (f"runs recompute_method {', '.join(fw.recompute_methods)}"
                                  if fw.recompute_methods else
                                  "has no partial recomputation (recompute_layers)")))
@@ -139,7 +139,7 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
                   lambda: who + "has no full-iteration CUDA graph"))
     rules.append(("moe_dispatcher", v.moe_dispatcher,
-                  np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
+                  member(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     cpc = getattr(v, "cp_comm", 0)      # PlanArrays: none, the stack's own exchange
     # a2a from Transformer Engine 1.11 on (``cost.cp_a2a.TE_FIRST``), where the stack states one
@@ -153,7 +153,7 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     runs = [0] + [1 + CP_COMMS.index(c) for c in comms + own]
     why_a2a = "".join(f"; {c} needs Transformer Engine >= {first[c][0]}.{first[c][1]}, "
                       f"it states {te[0]}.{te[1]}" for c in old)
-    rules.append(("cp_comm", cpc, np.isin(cpc, runs),
+    rules.append(("cp_comm", cpc, member(cpc, runs),
                   lambda: who + (f"runs cp_comm {', '.join(comms)} (Megatron-Core's "
                                  f"--cp-comm-type{why_a2a})" if fw.cp_comms else
                                  "has no context parallelism: no cp_comm"
@@ -239,7 +239,7 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "needs at least pp micro-batches per pipeline flush "
                                     "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
                                     "pp_microbatch_size >= pp_size, asserted)"))
-    rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | np.isin(
+    rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | member(
         zero, fw.hybrid_zero), lambda: who + (
             f"runs hybrid sharding (dp_shard < dp) only with zero in {fw.hybrid_zero}"
             if fw.hybrid_zero else "does not run hybrid sharding (dp_shard < dp)")))
@@ -298,7 +298,7 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
          lambda: who + "has no expert-parallel communication overlap (combined 1F1B)"),
         ("ep_overlap", v.ep_overlap, ~on | (v.ep > 1),
          lambda: "overlaps the expert all-to-all: needs ep > 1 (Megatron-Core asserts it)"),
-        ("ep_overlap", v.ep_overlap, ~on | (v.pp == 1) | np.isin(v.schedule, codes),
+        ("ep_overlap", v.ep_overlap, ~on | (v.pp == 1) | member(v.schedule, codes),
          lambda: "with pp > 1 Megatron-Core's combined 1F1B runs only "
                  f"schedule={' or '.join(COMBINED_SCHEDULES)} (a virtual pipeline)"),
         ("ep_overlap", v.ep_overlap, ~on | (v.recompute != RECOMPUTE_CODE["full"]),
