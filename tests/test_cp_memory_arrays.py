@@ -1,7 +1,7 @@
 """The search's array memory equals the scalar memory of the same plan under context
 parallelism, for every stack that runs it and each K/V exchange the stack runs (its own, a
 plan naming none, and each ``cp_comm`` it lets a plan name): one rule says which exchange a
-row runs (``memory.rank_components.exchange_rows``), read by both. MaxText's own all-gather
+row runs (``memory.rank_components.runs_exchange``), read by both. MaxText's own all-gather
 (``jax-xla``, §5.195) holds the gathered K/V and dK/dV a layer at a time
 (``cost.cp_allgather.working_bytes``); the search's rule left that out of a plan naming no
 ``cp_comm`` and ranked Llama 3 8B at 64K ``cp=4`` on two DGX B200 about 1.2 % light
@@ -16,7 +16,7 @@ import pytest
 from strategies.cost import cp_allgather
 from strategies.framework import PROFILES
 from strategies.job import make_job
-from strategies.memory.rank_components import exchange_rows
+from strategies.memory.rank_components import runs_exchange
 from strategies.memory.scalar import peak_memory
 from strategies.plan import parse_plan
 from strategies.plan.choices import CP_COMMS
@@ -66,10 +66,10 @@ def test_maxtext_own_exchange_holds_the_gathered_kv() -> None:
     the ring's) plus ``cp_allgather.working_bytes`` (the gathered K/V and dK/dV, 1.03 GiB
     here; closed form, 1e-12), and equals ``peak_memory`` of its job; code 0 is the
     all-gather under ``allgather`` only."""
-    assert bool(exchange_rows(0, "allgather", "all_gather"))
-    assert not bool(exchange_rows(0, "ring", "all_gather"))
-    assert not bool(exchange_rows(0, None, "a2a"))
-    assert bool(exchange_rows(1 + CP_COMMS.index("a2a"), "allgather", "a2a"))
+    assert bool(runs_exchange(0, "allgather", "all_gather"))
+    assert not bool(runs_exchange(0, "ring", "all_gather"))
+    assert not bool(runs_exchange(0, None, "a2a"))
+    assert bool(runs_exchange(1 + CP_COMMS.index("a2a"), "allgather", "a2a"))
     jx = PROFILES["jax-xla"]
     plan = parse_plan("tp=1,pp=1,dp=4,cp=4,mbs=1,gbs=16,recompute=none,zero=3")
     job = make_job(L8, B200, plan, framework=jx)

@@ -164,7 +164,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     calls = DpCalls.of(sc, P, cl, profile, sms)
     win = bucket_windows(sc, P, profile, st, span, split, zero_g, m.num_nextn_predict_layers)
     if rank_ends is not None:
-        win = replace(win, slack=tuple(x + 0.0 * w for x, w in zip(rank_ends, win.slack)))
+        # (each kind's end broadcast to the plans' shape)
+        win = replace(win, slack=tuple(x + np.zeros_like(w, dtype=float)
+                                       for x, w in zip(rank_ends, win.slack)))
     f_layer = layer_forward(sc, comm, span.fwd_tp)
     gr = grad_reduce(sc, P, profile, dtype, calls, st, win, ogr_g, t_p2p, f_layer)
     zero2 = zero2_terms(sc, P, calls, st, span, win, comm, gr, mb, split, zero_g)

@@ -48,7 +48,7 @@ ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
-def exchange_rows(cp_comm, cp_impl: str | None, comm: str) -> np.ndarray:
+def runs_exchange(cp_comm, cp_impl: str | None, comm: str) -> np.ndarray:
     """Whether each plan runs K/V exchange ``comm`` (a ``CP_COMMS`` name): named by the plan
     (``PlanArrays.cp_comm``, ``1 +`` its index) or, where the plan names none (code 0), the
     stack's own (``cp_impl``, ``FrameworkProfile.cp_impl``; None: the ring). The one rule the
@@ -112,7 +112,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stack's Transformer Engine dense modules save their inputs
     (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_impl``: the
     K/V exchange the stack runs as its own (``FrameworkProfile.cp_impl``; a plan naming none,
-    ``PlanArrays.cp_comm`` 0; None: the ring), each row's exchange by ``exchange_rows``:
+    ``PlanArrays.cp_comm`` 0; None: the ring), each row's exchange by ``runs_exchange``:
     Transformer Engine's all-gather attention's working set with ``cp > 1``
     (``cost.cp_allgather.working_bytes``, one layer at a time) in "other", its all-to-all's
     (``cost.cp_a2a.working_bytes``) too, and each layer's
@@ -139,10 +139,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                                  P.moe_pad_to_capacity)
     # TE's all-to-all CP (§5.185): the stack's own exchange (``cp_impl``) or the one a plan
     # names (``PlanArrays.cp_comm``)
-    a2a = exchange_rows(P.cp_comm, cp_impl, "a2a")
+    a2a = runs_exchange(P.cp_comm, cp_impl, "a2a")
     # a2a+p2p (§5.189): its all-to-all's buffers, and from Transformer Engine 2.15 on a2a's
     # saved head-sharded output (``cost.cp_hier``, §5.191; the newest releases' rule)
-    hier = exchange_rows(P.cp_comm, cp_impl, "a2a+p2p")
+    hier = runs_exchange(P.cp_comm, cp_impl, "a2a+p2p")
     # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
     acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
                            in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
@@ -245,7 +245,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
     # the all-gather attention's gathered K/V and dK/dV (§5.134, §5.195): the stack's own
     # exchange (``cp_impl``) or the one a plan names (``PlanArrays.cp_comm``)
-    gather = exchange_rows(P.cp_comm, cp_impl, "all_gather")
+    gather = runs_exchange(P.cp_comm, cp_impl, "all_gather")
     if np.any(gather):
         other = other + np.where(gather & (cp > 1), cp_allgather.working_bytes(m, b, tp, cp), 0.0)
     # the all-to-all attention's send and receive buffers (§5.185)

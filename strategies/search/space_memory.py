@@ -82,5 +82,5 @@ def space_memory(model: ModelSpec, gpu: GPU, dtype: str, stack: FrameworkProfile
         # a Mamba-2 mixer's saved d_inner tensors (memory.mixer_saved)
         mixer_d_inner=stack.mamba_saved_d_inner,
         # the exchange of a plan naming no cp_comm: its working set (memory.rank_components.
-        # exchange_rows; MaxText's all-gather, §5.195)
+        # runs_exchange; MaxText's all-gather, §5.195)
         cp_impl=stack.cp_impl)
