@@ -275,6 +275,11 @@ def row_of(src: dict, container: tuple, b: dict, mdl: dict) -> dict:
                  "says the parenthesised runs use other quantization granularities (32x32, "
                  "MXFP8, on GB200/B200), so the others are per-tensor FP8, and the v0.1.0rc3 "
                  "performance YAMLs' only per-tensor FP8 key is fp8_cs (current scaling). ")
+    ga = b["gbs"] // (b["mbs"] * b["dp"])
+    ga_note = ("" if ga == b["ga"] else
+               f"The table's GA cell ({b['ga']}) contradicts gbs / (mbs x dp) = {b['gbs']} / "
+               f"({b['mbs']} x {b['dp']}) = {ga}: grad_accum is {ga} (the batch, micro-batch and "
+               "parallel cells kept). ")
     return {
         "id": rid, "kind": "measured", "tier": 2,
         "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
@@ -288,12 +293,13 @@ def row_of(src: dict, container: tuple, b: dict, mdl: dict) -> dict:
                  "microbatch": b["mbs"], "global_batch": b["gbs"],
                  "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
                  "virtual_stages": b["vp"] or 1, "recompute": None, "sequence_parallel": None,
-                 "zero_stage": 3 if b["fsdp"] else None, "grad_accum": b["ga"], **sw},
+                 "zero_stage": 3 if b["fsdp"] else None,
+                 "grad_accum": b["gbs"] // (b["mbs"] * b["dp"]), **sw},
         "precision": prec,
         "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
         "derived": {"step_time_s": round(b["gbs"] * b["seq"] / (b["tok"] * b["n"]), 4),
                     "how": "gbs x seq / (tokens/s/GPU x GPUs)"},
-        "notes": moe_note + fsdp_note + prec_note
+        "notes": moe_note + fsdp_note + prec_note + ga_note
         + ("Model config as the same model's rows of nemo_performance_25.json (LLAMA3-8B). "
            if b["key"] == "llama3-8b" else
            "Model config as the same model's rows of megatron_bridge_2604.json. ")
