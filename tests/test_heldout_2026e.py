@@ -7,28 +7,20 @@ the capacity factor ``apply_moe_token_drop`` defaults to, and the reader runs th
 from __future__ import annotations
 
 import copy
-import json
 import os
 
 import pytest
 
-from experiments import transcribe_heldout_2026c as c26
 from experiments import transcribe_heldout_2026e as tr
 from strategies.reference.cases import case_from_entry, load_reference
-from tests.bridge_table_rows import assert_table_row
+from tests.bridge_table_rows import (MIRROR, ROOT, assert_builds_its_plan, assert_table_row,
+                                     assert_writes_data_file, transcribed)
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
-ROWS = load_reference(os.path.join(ROOT, tr.OUT))
-BY_ID = {r["id"]: r for r in ROWS}
-MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
-
-with open(os.path.join(ROOT, tr.INPUTS), encoding="utf-8") as _f:
-    INPUTS = json.load(_f)
+ROWS, BY_ID, INPUTS = transcribed(tr)
 
 
 def test_the_transcriber_writes_the_data_file() -> None:
-    with open(os.path.join(ROOT, tr.OUT), encoding="utf-8") as f:
-        assert c26.dump(tr.transcribe(copy.deepcopy(INPUTS))) == f.read()
+    assert_writes_data_file(tr, INPUTS)
 
 
 def test_rows_name_their_container_and_derive_the_step() -> None:
@@ -99,20 +91,13 @@ def test_every_row_builds_its_plan_but_one_that_cannot_be_laid_out() -> None:
     """Each row builds the job its cells state; the 25.09 GB200 DeepSeek-V3 MXFP8 run (pp 8,
     ep 64 on 256 GPUs: 32 ranks a stage) cannot hold its expert groups and is skipped, said."""
     for r in ROWS:
-        case = case_from_entry(r, ROWS)
         if r["id"] == "mbridge2509_deepseekv3_gb200_256_mxfp8":
             assert "etp*ep = 1*64 = 64 must divide the ranks of a pipeline stage" in str(
-                case.skipped)
+                case_from_entry(r, ROWS).skipped)
             continue
-        assert not case.skipped, (r["id"], case.skipped)
-        pl, p = r["plan"], case.job.plan
-        assert (p.tp, p.pp, p.dp, p.cp, p.ep, p.mbs, p.gbs, p.vpp) == (
-            pl["tp"], pl["pp"], pl["dp"], pl["cp"], pl["ep"], pl["microbatch"],
-            pl["global_batch"], pl["virtual_stages"])
-        assert case.measured_step_s == pytest.approx(r["derived"]["step_time_s"], rel=1e-4)
-        assert p.zero == 3 if pl["zero_stage"] == 3 else p.zero in (0, 1)
-        if "etp" in pl:
-            assert p.expert_tp == pl["etp"]
+        case = assert_builds_its_plan(r, ROWS)
+        if "etp" in r["plan"]:
+            assert case.job.plan.expert_tp == r["plan"]["etp"]
 
 
 def test_expert_tp_is_the_configs() -> None:
