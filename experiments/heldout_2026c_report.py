@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """The held-out rows of ``strategies/reference/data/heldout_2026c.json`` (Megatron-Bridge's
 26.02 container tables, calibration §5.199) or of another file of Megatron-Bridge table rows
-(``heldout_2026d.json``: the 26.04 and 26.02.01 tables, §5.204), analytic, as Markdown:
+(``heldout_2026d.json``: the 26.04 and 26.02.01 tables, §5.204; ``heldout_2026e.json``: the
+25.11 and 25.09 tables, §5.208), analytic, as Markdown:
 
 1. MAPE, mean and worst signed error by model family (MoE or dense), by chip, by kind, by
    release (the id's first word, where the file holds more than one), all;
@@ -13,6 +14,7 @@
 
     python experiments/heldout_2026c_report.py      # a few seconds
     python experiments/heldout_2026c_report.py strategies/reference/data/heldout_2026d.json
+    python experiments/heldout_2026c_report.py strategies/reference/data/heldout_2026e.json
 
 Error = (model - measured) / measured: negative is a model faster than the run."""
 from __future__ import annotations

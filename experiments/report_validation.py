@@ -34,7 +34,7 @@ ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_
         os.path.join(DATA, "nemo_performance_25.json"), os.path.join(DATA, "automodel_perf.json"),
         os.path.join(DATA, "heldout_2026b.json"), os.path.join(DATA, "hybrid_2026.json"),
         os.path.join(DATA, "dsv4_2026.json"), os.path.join(DATA, "heldout_2026c.json"),
-        os.path.join(DATA, "heldout_2026d.json"))
+        os.path.join(DATA, "heldout_2026d.json"), os.path.join(DATA, "heldout_2026e.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:

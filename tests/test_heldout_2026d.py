@@ -8,29 +8,22 @@ from __future__ import annotations
 
 import copy
 import glob
-import json
 import os
 
 import pytest
 
 from experiments import transcribe_heldout_2026c as c26
 from experiments import transcribe_heldout_2026d as tr
-from strategies.reference.cases import case_from_entry, load_reference
-from tests.bridge_table_rows import assert_table_row
+from strategies.reference.cases import case_from_entry
+from tests.bridge_table_rows import (MIRROR, ROOT, assert_builds_its_plan, assert_table_row,
+                                     assert_writes_data_file, transcribed)
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
-ROWS = load_reference(os.path.join(ROOT, tr.OUT))
-BY_ID = {r["id"]: r for r in ROWS}
-MIRROR = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
+ROWS, BY_ID, INPUTS = transcribed(tr)
 H100_235B = "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2"
-
-with open(os.path.join(ROOT, tr.INPUTS), encoding="utf-8") as _f:
-    INPUTS = json.load(_f)
 
 
 def test_the_transcriber_writes_the_data_file() -> None:
-    with open(os.path.join(ROOT, tr.OUT), encoding="utf-8") as f:
-        assert c26.dump(tr.transcribe(copy.deepcopy(INPUTS))) == f.read()
+    assert_writes_data_file(tr, INPUTS)
 
 
 def test_rows_name_their_container_and_tag_and_derive_the_step() -> None:
@@ -59,14 +52,7 @@ def test_no_other_file_holds_a_row_of_these_containers() -> None:
 
 def test_every_row_builds_its_plan_and_switches() -> None:
     for r in ROWS:
-        case = case_from_entry(r, ROWS)
-        assert not case.skipped, (r["id"], case.skipped)
-        pl, p = r["plan"], case.job.plan
-        assert (p.tp, p.pp, p.dp, p.cp, p.ep, p.mbs, p.gbs, p.vpp) == (
-            pl["tp"], pl["pp"], pl["dp"], pl["cp"], pl["ep"], pl["microbatch"],
-            pl["global_batch"], pl["virtual_stages"])
-        assert case.measured_step_s == pytest.approx(r["derived"]["step_time_s"], rel=1e-4)
-        assert p.zero == 3 if pl["zero_stage"] == 3 else p.zero in (0, 1)
+        pl, p = r["plan"], assert_builds_its_plan(r, ROWS).job.plan
         if "moe_dispatcher" in pl:
             assert (p.moe_dispatcher, p.ep_overlap, p.cuda_graph) == (
                 pl["moe_dispatcher"], pl["ep_overlap"], pl["cuda_graph"])

@@ -82,8 +82,9 @@ def test_every_row_naming_a_container_reads_it():
     assert by_file == {"25.02": 9, "25.04": 8, "25.07": 8}
     # hybrid_2026.json: 16 Megatron-Bridge rows and 7 dgxc-benchmarking rows; dsv4_2026.json:
     # the 26.08 table's 2 DeepSeek-V4 Flash rows; heldout_2026c.json: the 26.02 table's 33 rows;
-    # heldout_2026d.json: the 26.04 and 26.02.01 tables' 31 rows each
-    assert named == 119 + 20 + 33 + 12 + 25 + 12 + 16 + 7 + 2 + 33 + 62
+    # heldout_2026d.json: the 26.04 and 26.02.01 tables' 31 rows each; heldout_2026e.json:
+    # the 25.11 table's 20 runs and the 25.09 table's 27
+    assert named == 119 + 20 + 33 + 12 + 25 + 12 + 16 + 7 + 2 + 33 + 62 + 47
 
 
 def test_nemo_perf_rows_by_container():
