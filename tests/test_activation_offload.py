@@ -123,6 +123,26 @@ def test_bad_input_exits_2_naming_field_value_rule(framework, plan, field, words
     assert rc == 2 and field in err and words in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("model,fix,words", [
+    ("mixtral-8x7b", "tp=1,recompute_modules=moe,offload_modules=moe_act",
+     "recompute_modules has moe"),
+    ("llama3-8b", "offload_modules=moe_act", "llama3-8b is dense"),
+    ("mixtral-8x7b", "offload_modules=qkv_linear", "not modelled"),
+])
+def test_search_fix_refuses_before_any_plan(model, fix, words, capsys):
+    rc = main(["search", "--model", model, "--cluster", "dgx-h100:1", "--global-batch", "64",
+               "--fix", fix, "--top", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "offload_modules" in err and words in err and "Traceback" not in err
+
+
+def test_dense_model_refuses_the_key(capsys):
+    rc = main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--global-batch",
+               "64", "--plan", "tp=1,offload_modules=moe_act"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "offload_modules='moe_act'" in err and "is dense" in err
+
+
 def test_no_host_link_is_refused():
     bare = replace(get_gpu("H100"), host_link_bandwidth=None)
     job = _job(BASE + ON)
