@@ -22,6 +22,8 @@ from strategies.launch import megatron_args
 from strategies.memory.offload_saved import routed_offload_bytes
 from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan
+from strategies.plan.parse import plan_from_mapping
+from strategies.plan_file import plan_to_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.search.plan_rows import plan_key
@@ -165,4 +167,5 @@ def test_export_flags_read_back():
     assert parse_plan(BASE + ",offload_modules=" + ",".join(listed)) == parse_plan(BASE + ON)
     assert any("NVTE_CPU_OFFLOAD_V1" in n for n in notes)
     assert parse_plan(plan_key(job.plan)) == job.plan
+    assert plan_from_mapping(plan_to_mapping(job.plan)) == job.plan     # a saved plan file
     assert "--offload-modules" not in megatron_args(_job(BASE))[0]
