@@ -152,8 +152,10 @@ def recipe_2608(repo: str, r: dict[str, Any]) -> tuple[dict[str, Any], list[str]
                     + (f", mtp_use_repeated_layer {cite(rep)}: one MTP block run at each depth"
                        if rep in t else "") + ")")
     if val("model.fine_grained_activation_offloading"):
-        said.append(f"activation offloading of {val('model.offload_modules')} to host "
-                    f"({cite('model.fine_grained_activation_offloading')}; not modelled)")
+        sw["offload_modules"] = "+".join(val("model.offload_modules"))
+        said.append(f"offload_modules={sw['offload_modules']}: activation offloading to host "
+                    f"({cite('model.fine_grained_activation_offloading')}; modelled, "
+                    "docs/calibration.md §5.209)")
     if "ddp.grad_reduce_in_fp32" in t:
         said.append(f"grad_reduce_in_fp32={val('ddp.grad_reduce_in_fp32')} "
                     f"({cite('ddp.grad_reduce_in_fp32')})")

@@ -246,10 +246,11 @@ def check_expert_plan(model: ModelSpec, plan: Plan) -> None:
         if v is not None and not model.is_moe and not (f == "etp" and v == plan.tp):
             raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
     for f, plain in (("moe_dispatcher", "alltoall"), ("moe_routing", "random"),
-                     ("moe_pad_to_capacity", False)):
+                     ("moe_pad_to_capacity", False), ("offload_modules", None)):
         v = getattr(plan, f)
         if v != plain and not model.is_moe:
-            raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
+            raise SpecError(f, "+".join(v) if isinstance(v, tuple) else v,
+                            f"applies to mixture-of-experts layers; {model.name} is dense")
     if not model.is_moe:
         return
     if not expert_width_fits(model, etp):

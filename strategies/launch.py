@@ -99,6 +99,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         a.append("--recompute-granularity selective")
         if p.recompute_modules is not None:
             a.append("--recompute-modules " + " ".join(p.recompute_modules))
+    if p.offload_modules is not None:   # fine-grained activation offloading (cost.offload)
+        a += ["--fine-grained-activation-offloading",
+              "--offload-modules " + " ".join(p.offload_modules)]
+        notes.append("activation offloading: with Transformer Engine >= 2.10 Megatron-LM "
+                     "asserts NVTE_CPU_OFFLOAD_V1=1 (megatron/training/arguments.py)"
+                     + ("; fused_group_mlp needs --use-transformer-engine-op-fuser"
+                        if "fused_group_mlp" in p.offload_modules else ""))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
         if p.dp_shard is not None:     # hybrid sharding: the optimizer over dp_shard·cp

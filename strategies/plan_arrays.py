@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from strategies.cost.offload import offload_mask
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DISPATCHERS, Plan
@@ -53,9 +54,10 @@ EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IM
                    ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False),
                    ("moe_routing", "route", 0), ("delay_wgrad", "dw", False),
                    ("moe_pad_to_capacity", "pad", False),
-                   ("param_gather_with_optimizer", "pgo", False))
+                   ("param_gather_with_optimizer", "pgo", False),
+                   ("offload_modules", "ofm", 0))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
-        "moe_dispatcher", "moe_routing", "cp_comm")
+        "moe_dispatcher", "moe_routing", "cp_comm", "offload_modules")
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +98,9 @@ class PlanArrays:
     moe_pad_to_capacity: np.ndarray = None  # drop-and-pad: every expert at its capacity
     # Megatron-Core's --overlap-param-gather-with-optimizer-step (plan param_gather_with_optimizer)
     param_gather_with_optimizer: np.ndarray = None
+    # Megatron-Core's --offload-modules (plan offload_modules): a ``cost.offload.MODULES`` bit
+    # mask, 0: no activation offloading
+    offload_modules: np.ndarray = None
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -186,10 +191,10 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
-        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad pgo`` optional: tp, the default imbalance,
+        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad pgo ofm`` optional: tp, the default imbalance,
         no dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA
         graph, random routing, the overlap's weight gradient delayed, no padding to
-        capacity, no parameter gathers inside the optimizer step)."""
+        capacity, no parameter gathers inside the optimizer step, no activation offloading)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
@@ -206,7 +211,7 @@ class PlanArrays:
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans), ``etp`` (resolved) among
         them as in every space; the other expert columns are left out (their defaults), and
-        the exchange ``cpc`` and ``pgo`` where a plan names one."""
+        the exchange ``cpc``, ``pgo`` and ``ofm`` where a plan names one."""
         n = np.shape(self.tp)
         cols = {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
                         else (getattr(self, name) + np.zeros(n)).astype(np.int64))
@@ -217,6 +222,8 @@ class PlanArrays:
             cols["cpk"] = (self.hierarchical_cp + np.zeros(n)).astype(np.int64)
         if np.any(self.param_gather_with_optimizer):
             cols["pgo"] = self.param_gather_with_optimizer + np.zeros(n, dtype=bool)
+        if np.any(self.offload_modules):
+            cols["ofm"] = (self.offload_modules + np.zeros(n)).astype(np.int64)
         return cols
 
 
@@ -230,6 +237,8 @@ def value_code(name: str, v: Any) -> Any:
         return METHOD_CODE[v] if v is not None else 0
     if name == "recompute_modules":
         return modules_mask(v) if v is not None else 0
+    if name == "offload_modules":
+        return offload_mask(v)
     if name == "moe_dispatcher":
         return DISPATCHERS.index(v)
     if name == "moe_routing":

@@ -123,7 +123,8 @@ FIXES = [("etp", "1", 1), ("moe_dispatcher", "deepep", "deepep"),
          ("moe_imbalance", "1.25", 1.25), ("moe_capacity_factor", "1.5", 1.5),
          ("flash_attn", "false", False), ("overlap_grad_reduce", "false", False),
          ("overlap_param_gather", "false", False), ("cp_comm", "all_gather", "all_gather"),
-         ("param_gather_with_optimizer", "true", True)]
+         ("param_gather_with_optimizer", "true", True),
+         ("offload_modules", "expert_fc1+moe_act", ("expert_fc1", "moe_act"))]
 
 
 def test_fix_keys_cover_the_switches():

@@ -33,7 +33,7 @@ def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None
 
 def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
                             sp=False, etp=None, load=1.0, cache=None, expert_input=None,
-                            parts=(1.0, 1.0, 1.0)) -> tuple:
+                            parts=(1.0, 1.0, 1.0), latent_proj=True) -> tuple:
     """``(as the table counts them, as they run)``: bytes per GPU and micro-batch of the mean
     layer's routed-expert tensors (numbers or numpy arrays). The table above counts the MoE
     layer's ``k`` token copies like a dense MLP's: the fc1 input ``2sbh·k`` split by ``t``
@@ -50,7 +50,8 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     (fc1 input, activation input, fc2 input): ``routed_stash_correction`` reads fc2's
     alone. A latent MoE (``strategies.model.latent``): as they run the copies are
     ``expert_hidden`` = ``L`` wide (the table's ``h``), and ``fc2_latent_proj`` saves its
-    ``L``-wide input, ``2sb·L`` (split by ``t`` with SP; weighted as fc1's input)."""
+    ``L``-wide input, ``2sb·L`` (split by ``t`` with SP; weighted as fc1's input; left out
+    with ``latent_proj`` False: the expert MLP's own tensors alone)."""
     if not model.is_moe:
         return 0.0, 0.0
     etp = tp if etp is None else etp
@@ -68,7 +69,8 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     table = r * share * (fc1 / seq_div + inner)
     he = model.expert_hidden
     fc1, inner = saved(*routed_token_saved_bytes(model, expert_input, he))
-    latent = r * share * 2.0 * T * (model.moe_latent_size or 0) * parts[0] / seq_div
+    latent = r * share * 2.0 * T * (model.moe_latent_size or 0) * parts[0] / seq_div \
+        * float(latent_proj)
     if expert_input is not None:
         r = 1.0
     real = r * share * load * (fc1 * etp / tp + inner) + latent

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies.cost.offload import parse_offload_modules
 from strategies.errors import SpecError
 from strategies.plan.choices import MAX_MOE_FACTOR
 from strategies.plan.recompute_fields import parse_modules
@@ -140,6 +141,8 @@ def coerce(key: str, value: Any) -> Any:
         return parse_layers(value, key)
     if key == "recompute_modules":
         return None if value is None else parse_modules(value)
+    if key == "offload_modules":
+        return None if value is None else parse_offload_modules(value)
     if key in BOOL_FIELDS:
         if isinstance(value, bool):
             return value
@@ -312,4 +315,4 @@ def refuse_path(text: str, field: str = "plan") -> None:
 
 #: plan keys that take a list, whose items plan text joins with "," too
 #: (``recompute_modules=core_attn,mlp``): an item without "=" after one continues it
-LIST_KEYS = {"recompute_modules", HCP_SIZES}
+LIST_KEYS = {"recompute_modules", "offload_modules", HCP_SIZES}

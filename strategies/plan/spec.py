@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from strategies.cost.offload import check_offload_modules
 from strategies.errors import SpecError
 from strategies.plan.checks import (check_dp_shard, check_group_microbatches,
                                     check_layers_per_stage, check_layout_fields,
@@ -92,6 +93,9 @@ class Plan:
     recompute_layers: int | None = None      # full: layers recomputed per chunk (None: all)
     recompute_method: str | None = None      # full with recompute_layers: block (default) or uniform
     recompute_modules: tuple[str, ...] | None = None   # selective: Megatron-Core's modules
+    # Megatron-Core's --fine-grained-activation-offloading --offload-modules: the modules whose
+    # saved activations go to host memory (``strategies.cost.offload``; None: none)
+    offload_modules: tuple[str, ...] | None = None
     # pipeline schedules run per optimizer step, each over gbs/(mbs·dp·flushes) micro-batches
     # and each paying its own fill and drain (torch.distributed.pipelining's schedule.step()
     # per local batch: ``strategies.flushes``)
@@ -126,6 +130,8 @@ class Plan:
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
         check_partial_recompute(self)
+        object.__setattr__(self, "offload_modules", check_offload_modules(
+            self.offload_modules, self.recompute, self.recompute_modules))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
@@ -201,6 +207,8 @@ class Plan:
                             if self.recompute_modules is not None else ""))
         if self.sp:
             parts.append("sp")
+        if self.offload_modules is not None:
+            parts.append("offload:" + "+".join(self.offload_modules))
         if self.ep_overlap:
             parts.append("epo+dw" if self.delay_wgrad else "epo")
         if self.moe_dispatcher != "alltoall":

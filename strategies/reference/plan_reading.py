@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from strategies.cost.offload import parse_offload_modules
 from strategies.errors import SpecError
 from strategies.stacks.megatron import MEGATRON_LM_2021
 from strategies.stacks.profile import FrameworkProfile
@@ -216,6 +217,8 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
         switches.update(stated_remat(c, fw, notes))
     if pl.get("recompute_modules") and recompute_kind(pl.get("recompute")) == "selective":
         switches["recompute_modules"] = parse_modules(pl["recompute_modules"])
+    if pl.get("offload_modules"):       # Megatron-Core's fine-grained activation offloading
+        switches["offload_modules"] = parse_offload_modules(pl["offload_modules"])
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)

@@ -93,7 +93,8 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
     if not model.is_moe:          # job.check_expert_plan's rule, before any plan is built
         for k in MOE_KEYS:
             if k != "etp" and k in fx and fx[k] != SWITCH_DEFAULTS[k]:
-                raise SpecError("--fix", f"{k}={fx[k]}", f"{k} applies to mixture-of-experts "
+                v = "+".join(fx[k]) if isinstance(fx[k], tuple) else fx[k]
+                raise SpecError("--fix", f"{k}={v}", f"{k} applies to mixture-of-experts "
                                 f"layers; {model.name} is dense")
     if "recompute_modules" in fx:  # job.check_modules_against_model's rule, before any plan
         try:

@@ -20,7 +20,7 @@ from topologies.limits import check_int, parse_int_text
 
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
-            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
+            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity", "offload_modules")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
             *SWITCH_KEYS, "hierarchical_cp", "recompute_layers", "recompute_method",
@@ -97,6 +97,13 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
                         f"selective), not recompute={out['recompute']}")
+    if "offload_modules" in out:     # Megatron-Core's rules between it and recompute_modules
+        try:
+            Plan(recompute=out.get("recompute", "selective") if "recompute_modules" in out
+                 else "none", recompute_modules=out.get("recompute_modules"),
+                 offload_modules=out["offload_modules"])
+        except SpecError as e:
+            raise SpecError("--fix", f"offload_modules={e.value}", e.rule) from None
     _check_partial_recompute(out)
     _check_layout(out)
     if "hierarchical_cp" in out:

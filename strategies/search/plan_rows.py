@@ -8,6 +8,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from strategies.cost.offload import MODULES as OFFLOAD_MODULES
+from strategies.cost.offload import offloads
 from strategies.cost.recompute import METHODS, MODULES, has_module
 from strategies.plan import DISPATCHERS, Plan
 from strategies.plan.choices import CP_COMMS, ROUTINGS
@@ -24,13 +26,13 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
                "moe_capacity_factor": "cf", "moe_pad_to_capacity": "pad", "flash_attn": "flash",
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg", "cp_comm": "cpc",
-               "param_gather_with_optimizer": "pgo"}
+               "param_gather_with_optimizer": "pgo", "offload_modules": "ofm"}
 #: the uneven pipeline layout's fields (``layouts``: the ``lf``, ``ll`` and ``acc`` columns)
 LAYOUT_KEYS = ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
            "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc",
-           "cpk", "pgo")
+           "cpk", "pgo", "ofm")
 
 
 def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
@@ -57,6 +59,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
                 overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]),
                 param_gather_with_optimizer=bool(c.get("pgo", False)),
+                offload_modules=tuple(n for n in OFFLOAD_MODULES if offloads(c.get("ofm", 0), n))
+                or None,
                 recompute_layers=int(c["rcl"]) or None,
                 recompute_method=METHODS[c["rcu"]] if c["rcl"] else None,
                 recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))
@@ -105,7 +109,8 @@ def _switch_key(plan: Plan, defaults: Mapping[str, Any]) -> str:
         if k == "tp_comm_overlap":
             default = tp_overlap_default(default, plan.tp, plan.sp)
         if v != default:
-            out += f",{k}=" + (str(v).lower() if isinstance(v, bool) else f"{v}")
+            out += f",{k}=" + (str(v).lower() if isinstance(v, bool)
+                               else "+".join(v) if isinstance(v, tuple) else f"{v}")
     return out
 
 

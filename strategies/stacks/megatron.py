@@ -109,7 +109,7 @@ MEGATRON_CORE = FrameworkProfile(
     cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
-    param_gather_with_optimizer=True,
+    param_gather_with_optimizer=True, activation_offload=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True, te_linears=True,                 # §5.113
     mlp_act_casts=True,                                      # §5.118

@@ -138,6 +138,10 @@ class StackLimits:
     #: sets it, as Megatron-Core's ``OptimizerConfig`` and Megatron-Bridge's
     #: ``CommOverlapConfig``, docs/calibration.md §5.200)
     param_gather_with_optimizer: bool = False
+    #: runs Megatron-Core's fine-grained activation offloading (plan ``offload_modules``;
+    #: ``--fine-grained-activation-offloading``, Megatron-Core from core_v0.16.0, b97184db56;
+    #: ``strategies.cost.offload``; ``stack_rules`` holds its limits)
+    activation_offload: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     #: what the stack's own recomputation is, where a mode it lacks has a near equivalent

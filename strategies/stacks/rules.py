@@ -63,6 +63,7 @@ import numpy as np
 
 from strategies.cost.cp_a2a import TE_FIRST as A2A_TE_FIRST
 from strategies.cost.cp_hier import TE_FIRST as HIER_TE_FIRST
+from strategies.cost.offload import offload_mask, offloads
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DISPATCHERS
@@ -136,6 +137,7 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
     rules += param_gather_optimizer_rules(fw, v)
+    rules += offload_rules(fw, v)
     rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
                   lambda: who + "has no full-iteration CUDA graph"))
     rules.append(("moe_dispatcher", v.moe_dispatcher,
@@ -339,6 +341,30 @@ def param_gather_optimizer_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                  + "--virtual-pipeline-model-parallel-size for it)")]
 
 
+def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Where plan key ``offload_modules`` (Megatron-Core's fine-grained activation offloading,
+    ``cost.offload``) may be set: a stack that runs it (``fw.activation_offload``);
+    ``fused_group_mlp`` only on Transformer Engine's fused grouped MLP (``fw.fused_grouped_mlp``:
+    Megatron-Core raises "fused_group_mlp requires use_transformer_engine_op_fuser",
+    transformer_config.py L2186-2188 at d98e8a64dd); not with ``cuda_graph`` (paraplan's
+    full-iteration graph, where Megatron-Core needs ``fine_grained_offloading_max_inflight_
+    offloads`` and its joins, which are not modelled)."""
+    mask = np.asarray(getattr(v, "offload_modules", 0), dtype=np.int64)
+    on = mask != 0
+    fused = offloads(mask, "fused_group_mlp")
+    return [
+        ("offload_modules", v.offload_modules, ~on | fw.activation_offload,
+         lambda: f"{fw.name} has no fine-grained activation offloading (Megatron-Core's "
+                 "--fine-grained-activation-offloading)"),
+        ("offload_modules", v.offload_modules, ~fused | fw.fused_grouped_mlp,
+         lambda: "fused_group_mlp needs Transformer Engine's fused grouped MLP (the "
+                 "fused_grouped_mlp stack variant; Megatron-Core requires "
+                 "use_transformer_engine_op_fuser)"),
+        ("offload_modules", v.offload_modules, ~on | ~np.asarray(v.cuda_graph, bool),
+         lambda: "not with cuda_graph=true: the full-iteration graph needs Megatron-Core's "
+                 "fine_grained_offloading_max_inflight_offloads joins, not modelled")]
+
+
 def plan_view(plan: "Plan") -> SimpleNamespace:
     """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
     not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
@@ -357,6 +383,7 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            cuda_graph=plan.cuda_graph, vpp=plan.vpp,
                            overlap_param_gather=plan.overlap_param_gather,
                            param_gather_with_optimizer=plan.param_gather_with_optimizer,
+                           offload_modules=offload_mask(plan.offload_modules),
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            cp_comm=0 if plan.cp_comm is None else 1 + CP_COMMS.index(plan.cp_comm),
                            layout_string=plan.layout is not None,

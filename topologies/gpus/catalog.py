@@ -7,7 +7,10 @@ efficiencies are derived with live in ``topologies.gpus.sustained``.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topologies.errors import SpecError
+from topologies.gpus.host_link import HOST_LINK
 from topologies.gpus.spec import ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPU
 from topologies.gpus.spec import gpu_from_datasheet as _g   # short, for the table's rows
 from topologies.gpus.sustained import (B200_FP8_MAMF, GB200_FP8_MAMF, GB200_FP8_SUSTAINED_RATIO,
@@ -158,6 +161,8 @@ _CATALOG = [
        tdp=1400, src=_SRC["MI355X"]),
 ]
 
+# each part's host link (``topologies.gpus.host_link``: PCIe generation or NVLink-C2C)
+_CATALOG = [replace(g, host_link_bandwidth=HOST_LINK.get(g.name)) for g in _CATALOG]
 GPUS: dict[str, GPU] = {g.name: g for g in _CATALOG}
 _ALIASES: dict[str, str] = {a.lower(): g.name for g in _CATALOG for a in (g.name, *g.aliases)}
 

@@ -57,6 +57,7 @@ RATES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # keys of GPU.peak_flops
 ATTN_EXP_REF_RATE = 5e12
 BLACKWELL_ULTRA_EXP_RATE = 10.7e12   # the same table's Blackwell Ultra (B300, GB300) rate
 MAX_EXP_RATE = 1e15                  # largest exponential rate accepted (exponentials/s)
+MAX_HOST_LINK = 1e13                 # largest host link accepted (bytes/s per direction)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class GPU:
     wave_tile: tuple[int, int] | None = None
     exp_rate: float | None = None
     fp4_matmul_efficiency: float | None = None
+    #: bytes/s one GPU copies to or from host memory per direction (``topologies.gpus.
+    #: host_link``; None: not known, activation offloading refused)
+    host_link_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -123,6 +127,12 @@ class GPU:
                 and 0 < self.exp_rate <= MAX_EXP_RATE):
             raise SpecError("gpu.exp_rate", self.exp_rate,
                             f"must be in (0, {MAX_EXP_RATE:g}] exponentials/s")
+        if self.host_link_bandwidth is not None and not (
+                isinstance(self.host_link_bandwidth, (int, float))
+                and not isinstance(self.host_link_bandwidth, bool)
+                and 0 < self.host_link_bandwidth <= MAX_HOST_LINK):
+            raise SpecError("gpu.host_link_bandwidth", self.host_link_bandwidth,
+                            f"must be in (0, {MAX_HOST_LINK:g}] bytes/s per direction")
         if self.wave_tile is not None:
             wt = self.wave_tile
             if not (isinstance(wt, tuple) and len(wt) == 2

@@ -19,6 +19,7 @@ from strategies.cost import tp_ends
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage.array_record import Z3_KEYS, StageCostArrays
 from strategies.cost.stage.inputs import StageInputs, stage_inputs
+from strategies.cost.stage.offload_time import with_offload
 from strategies.cost.stage.layers import (blocking_small, kinds_by_name, layer_times,
                                           tp_collectives_per_layer)
 from strategies.cost.stage.rank_params import rank_param_fields
@@ -73,9 +74,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                            not torch_cp and not fw.remat_named), 0.0)
     st_b = st_b + cp_rc * st_f
     ex_f, ex_b = async_tp.overlap_exposed(fw, dtype)   # TP overlap's blocking shares
+    # activation offloading's exposed copies on each offloaded layer (plan offload_modules)
+    l_f, l_b, by_kind = with_offload(m, si, full(lt.fwd + md_f), full(lt.bwd + md_b),
+                                     kinds_by_name(si, (head_f, head_b, head_w)))
 
     return StageCostArrays(
-        layer_fwd=full(lt.fwd + md_f), layer_bwd=full(lt.bwd + md_b),
+        layer_fwd=full(l_f), layer_bwd=full(l_b),
         layer_recompute=full(share * lt.recompute),
         recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
@@ -100,7 +104,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         cp_rerun_attn=full(rcp.cp_rerun_window(rc, a_f, flash, fw.recompute_flash_fwd)),
         **zero3_fields(si),
         copy_gap=float(fw.launch_gap_s), copy_rate=float(usable_hbm(gpu, sy)),
-        by_kind=kinds_by_name(si, (head_f, head_b, head_w)),
+        by_kind=by_kind,
         **tp_rule_fields(si, lt))
 
 

@@ -1,0 +1,92 @@
+"""The exposed seconds of fine-grained activation offloading's copies (plan ``offload_modules``,
+``strategies.cost.offload``) per layer and micro-batch, added to the stage-cost record's layer
+times, which the estimate, the lower bound and the simulator all read (one source).
+
+An offloaded MoE layer's group (``memory.offload_saved.routed_offload_bytes``) crosses the host
+link (``GPU.host_link_bandwidth``) once each way. Forward: the D2H copy starts when the module's
+forward ends and the next group's waits behind it on the one ``d2h_stream``; in steady state
+each group has the forward compute from one offloaded layer to the next to hide in, and what it
+outlasts that accumulates until the backward's reloads wait on it (each H2D first waits for
+its group's D2H event). Backward: the H2D of layer ``k-1`` starts when layer ``k``'s module
+backward ends and must be done when layer ``k-1``'s module backward starts: the backward from
+one offloaded layer to the next less the module's own backward (its routed fc1 and fc2
+grouped GEMMs). Exposed per layer: ``cost.offload.exposed_copy_seconds`` of each.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from strategies.cost import gemm_shapes
+from strategies.cost.gemm_time import fixed_shares, gemms_time_bwd_split, whole_split
+from strategies.cost.offload import exposed_copy_seconds
+from strategies.cost.quant_scope import scope_formats
+from strategies.cost.stage.inputs import StageInputs
+from strategies.errors import SpecError
+from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
+                                               runs_te_experts)
+from strategies.model import ModelSpec
+
+
+def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
+    """Backward seconds (data and weight gradient) of one layer of ``mk``'s routed experts'
+    fc1 and fc2 grouped GEMMs, priced as the layer's (``gemm_time``; the router and the
+    latent projections left out): the offloaded module's own backward."""
+    P, fw = si.P, si.fw
+    parts = gemm_shapes.layer_gemm_parts(mk, P.mbs, P.tp, P.cp, P.ep, None, P.etp, si.load,
+                                         whole_split(P.tp, P.sp, fw))
+    keep = [i for i, (part, g) in enumerate(parts) if part == "routed_mlp" and g[4] is not None]
+    shares = fixed_shares(parts, mk, P.ep, fw)
+    formats = scope_formats(parts, mk, si.sy.quant_scope, si.dtype)
+    return si.slow * gemms_time_bwd_split([parts[i][1] for i in keep], P.tp, si.gpu, si.dtype,
+                                          P.tp_comm_overlap, fw, si.sy,
+                                          [shares[i] for i in keep],
+                                          None if formats is None
+                                          else [formats[i] for i in keep])[0]
+
+
+def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
+                    bwd_period: Any) -> tuple[Any, Any]:
+    """``(forward, backward)`` exposed seconds of one layer of ``mk`` (the model's mean layer or
+    its MoE kind) whose offloaded group has ``fwd_period``/``bwd_period`` seconds of compute
+    until the next offloaded layer's (module docstring); 0 where the plan offloads nothing."""
+    P, fw, gpu = si.P, si.fw, si.gpu
+    if not mk.is_moe or not np.any(P.offload_modules):
+        return 0.0, 0.0
+    bw = gpu.host_link_bandwidth
+    if bw is None:
+        raise SpecError("offload_modules", P.offload_modules, f"{gpu.name} has no host link "
+                        "bandwidth in the catalog (topologies.gpus.host_link)")
+    nbytes = routed_offload_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
+                                  P.recompute, P.recompute_modules, P.offload_modules,
+                                  activation_cache_bytes(fw.fp8_activation_cache, si.dtype),
+                                  expert_input_bytes(runs_te_experts(fw), si.dtype,
+                                                     fw.te_version, gpu.fp8_tn_only))
+    return (exposed_copy_seconds(nbytes, bw, fwd_period),
+            exposed_copy_seconds(nbytes, bw, bwd_period - expert_mlp_bwd(mk, si)))
+
+
+def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
+                 by_kind: dict) -> tuple[Any, Any, dict]:
+    """The mean layer's ``fwd``/``bwd`` seconds and the ``by_kind`` records with each offloaded
+    layer's exposed copies added (``offload_exposed``): a model of one kind, its layer's own
+    compute as the period; with MoE and other layers (``by_kind["moe"]``), the stage's compute
+    per MoE layer (every kind's layers by ``ModelSpec.layer_counts``), the MoE layer charged
+    and the mean layer its share. The multi-token-prediction block's MoE layer is not charged."""
+    if not np.any(si.P.offload_modules) or not m.is_moe:
+        return fwd, bwd, by_kind
+    counts = {k: n for k, n in m.layer_counts().items() if n}
+    if "moe" not in by_kind or len(counts) < 2:
+        f, b = offload_exposed(m, si, fwd, bwd)
+        return fwd + f, bwd + b, by_kind
+    n_moe = counts["moe"]
+    per_f = sum(n * by_kind[k].layer_fwd for k, n in counts.items()) / n_moe
+    per_b = sum(n * by_kind[k].layer_bwd for k, n in counts.items()) / n_moe
+    f, b = offload_exposed(m.of_kind("moe"), si, per_f, per_b)
+    moe = by_kind["moe"]
+    out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b))
+    share = n_moe / m.num_layers
+    return fwd + share * f, bwd + share * b, out
