@@ -42,8 +42,10 @@ FIELDS_2511 = ("use_megatron_fsdp", "cuda_graph_impl", "cuda_graph_scope",
                "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules",
                "moe_flex_dispatcher_backend", "moe_a2a_overlap")
 #: a row's layout cells and each tag's name for them: (row key, v0.2.0 field, YAML key)
-LAYOUT = (("tp", "tensor_model_parallel_size", "tp"), ("pp", "pipeline_model_parallel_size", "pp"),
-          ("cp", "context_parallel_size", "cp"), ("vp", "virtual_pipeline_model_parallel_size", "vp"),
+LAYOUT = (("tp", "tensor_model_parallel_size", "tp"),
+          ("pp", "pipeline_model_parallel_size", "pp"),
+          ("cp", "context_parallel_size", "cp"),
+          ("vp", "virtual_pipeline_model_parallel_size", "vp"),
           ("ep", "expert_model_parallel_size", "ep"), ("mbs", "micro_batch_size", "mbs"),
           ("gbs", "global_batch_size", "gbs"))
 V020 = "NVIDIA-NeMo/Megatron-Bridge@v0.2.0 scripts/performance/"

@@ -14,11 +14,13 @@ container (``published_2026.json`` holds twelve 25.11 runs: skipped: ``every_run
 
 ``read_sources`` keeps the two sections' table cells, the commit and the token-drop defaults
 of the 25.09 container's Megatron-Bridge (``docs/releases/software-versions.md``: 0.1.0rc3
-for NeMo Framework 25.09, 0.2.0 for 25.11); ``transcribe`` turns them into rows. The 25.11
-MoE rows take the v0.2.0 configs the reader applies where one fits
-(``strategies.reference.bridge_recipes``, by the container their table names); the 25.09 MoE
-rows take the switches ``scripts/performance/run_script.py`` at v0.1.0rc3 sets per model and
-system (``RUN_SCRIPT_0109``). Every row's step is gbs x seq / (tokens/s/GPU x GPUs)."""
+for NeMo Framework 25.09, 0.2.0 for 25.11) and each run's config at its tag
+(``experiments.heldout_2026e_switches.read_configs``); ``transcribe`` turns them into rows.
+Every row takes the switches its config states (``heldout_2026e_switches``: the v0.2.0
+``WorkloadBaseConfig`` of a 25.11 run's model, GPU and precision; the v0.1.0rc3 YAML and
+``run_script.py`` for a 25.09 run, calibration §5.210); the 25.09 MoE rows also take the
+routing ``scripts/performance/run_script.py`` at v0.1.0rc3 sets per model and system
+(``RUN_SCRIPT_0109``). Every row's step is gbs x seq / (tokens/s/GPU x GPUs)."""
 from __future__ import annotations
 
 import glob
