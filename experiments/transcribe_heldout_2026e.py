@@ -14,11 +14,13 @@ container (``published_2026.json`` holds twelve 25.11 runs: skipped: ``every_run
 
 ``read_sources`` keeps the two sections' table cells, the commit and the token-drop defaults
 of the 25.09 container's Megatron-Bridge (``docs/releases/software-versions.md``: 0.1.0rc3
-for NeMo Framework 25.09, 0.2.0 for 25.11); ``transcribe`` turns them into rows. The 25.11
-MoE rows take the v0.2.0 configs the reader applies where one fits
-(``strategies.reference.bridge_recipes``, by the container their table names); the 25.09 MoE
-rows take the switches ``scripts/performance/run_script.py`` at v0.1.0rc3 sets per model and
-system (``RUN_SCRIPT_0109``). Every row's step is gbs x seq / (tokens/s/GPU x GPUs)."""
+for NeMo Framework 25.09, 0.2.0 for 25.11) and each run's config at its tag
+(``experiments.heldout_2026e_switches.read_configs``); ``transcribe`` turns them into rows.
+Every row takes the switches its config states (``heldout_2026e_switches``: the v0.2.0
+``WorkloadBaseConfig`` of a 25.11 run's model, GPU and precision; the v0.1.0rc3 YAML and
+``run_script.py`` for a 25.09 run, calibration §5.210); the 25.09 MoE rows also take the
+routing ``scripts/performance/run_script.py`` at v0.1.0rc3 sets per model and system
+(``RUN_SCRIPT_0109``). Every row's step is gbs x seq / (tokens/s/GPU x GPUs)."""
 from __future__ import annotations
 
 import glob
@@ -33,6 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from experiments import transcribe_heldout_2026c as c26  # noqa: E402
+from experiments.heldout_2026e_switches import (read_configs, switches_2509,  # noqa: E402
+                                                switches_2511)
 
 OUT = "strategies/reference/data/heldout_2026e.json"
 INPUTS = "strategies/reference/sources/heldout_2026e_inputs.json"
@@ -102,6 +106,9 @@ def read_sources(repo: str) -> dict[str, Any]:
         out[name] = {"tables": tables,
                      "notes": [ln[2:] for ln in sec.splitlines() if ln.startswith("- ")]}
     out["etp"] = read_etp(repo, out)
+    out["configs"] = read_configs(repo, {
+        c: [b for sysn, rows in out[c]["tables"].items() for cells in rows
+            for b in parse(c, sysn, cells)] for c in ("25.11", "25.09")})
     drop = git_show(repo, "v0.1.0rc3", DROP_FILE)
     sig = re.search(r"def apply_moe_token_drop\((.*?)\) -> None:", drop, re.S).group(1)
     out["token_drop"] = {
@@ -232,9 +239,7 @@ def moe_switches(src: dict, container: str, b: dict) -> tuple[dict, str]:
     if container == "25.11":
         return {"moe_balance": "forced"}, (
             "NVIDIA force-balances tokens among experts and the runs are token-dropless (the "
-            "table's footnote). The MoE switches are those of the Megatron-Bridge v0.2.0 "
-            "config the reader applies where one fits the row's layout "
-            "(strategies.reference.bridge_recipes), else the stack's defaults. ")
+            "table's footnote). ")
     td = src["token_drop"]
     sw = dict(RUN_SCRIPT_0109.get((b["key"], b["sysn"]), {}))
     where = (f"NVIDIA-NeMo/Megatron-Bridge@v0.1.0rc3 {RUN_SCRIPT} L49-109 (the 25.09 "
@@ -256,11 +261,15 @@ def moe_switches(src: dict, container: str, b: dict) -> tuple[dict, str]:
 
 def row_of(src: dict, container: tuple, b: dict, mdl: dict) -> dict:
     """One run of a table row."""
-    name, tag, stack, prefix = container
+    name, _, stack, prefix = container
     gpu, inter = c26.SYSTEMS[b["sysn"]]
     prec = PRECISION[b["prec"]]
     moe = b["ep"] > 1
     sw, moe_note = moe_plan(src, name, b) if moe else ({}, "Dense model. ")
+    cfg_sw, cfg_note = (switches_2511(src["configs"]["25.11"], b) if name == "25.11" else
+                        switches_2509(src["configs"]["25.09"], b))
+    clash = {k for k in sw.keys() & cfg_sw.keys() if sw[k] != cfg_sw[k]}
+    assert not clash, (b, clash)
     pk = {"bf16": "bf16", "fp8": "fp8cs", "mxfp8": "mxfp8"}[prec.split(" ")[0]]
     rid = f"{prefix}_{b['key'].replace('.', '').replace('-', '')}_{gpu.split()[0].lower()}_" \
           f"{b['n']}_{pk}"
@@ -294,7 +303,7 @@ def row_of(src: dict, container: tuple, b: dict, mdl: dict) -> dict:
                  "schedule": "interleaved 1F1B" if b["vp"] else "1F1B",
                  "virtual_stages": b["vp"] or 1, "recompute": None, "sequence_parallel": None,
                  "zero_stage": 3 if b["fsdp"] else None,
-                 "grad_accum": b["gbs"] // (b["mbs"] * b["dp"]), **sw},
+                 "grad_accum": b["gbs"] // (b["mbs"] * b["dp"]), **sw, **cfg_sw},
         "precision": prec,
         "measured": {"tokens_per_s_per_gpu": b["tok"], "tflops_per_gpu": b["tfl"]},
         "derived": {"step_time_s": round(b["gbs"] * b["seq"] / (b["tok"] * b["n"]), 4),
@@ -303,7 +312,9 @@ def row_of(src: dict, container: tuple, b: dict, mdl: dict) -> dict:
         + ("Model config as the same model's rows of nemo_performance_25.json (LLAMA3-8B). "
            if b["key"] == "llama3-8b" else
            "Model config as the same model's rows of megatron_bridge_2604.json. ")
-        + f"The table's layout cells are the plan (the {tag} configs were not read for them)."}
+        + ("The table's layout cells are the plan but the virtual stages the pipeline layout "
+           "below sets. " if "virtual_stages" in cfg_sw else
+           "The table's layout cells are the plan. ") + cfg_note.rstrip()}
 
 
 def every_run(src: dict[str, Any]) -> list[tuple[dict, str | None]]:

@@ -3,7 +3,8 @@
 byte for byte from the inputs the repository keeps; a cell "a (b)" gives two runs; every row
 names its container and derives its step by the stated formula; a run whose layout another
 file holds for the same container is skipped; the 25.09 token-dropping runs drop and pad at
-the capacity factor ``apply_moe_token_drop`` defaults to, and the reader runs them so."""
+the capacity factor ``apply_moe_token_drop`` defaults to, and the reader runs them so; each
+row takes the switches its tag's config states (calibration §5.210)."""
 from __future__ import annotations
 
 import copy
@@ -124,6 +125,59 @@ def test_a_ga_cell_that_contradicts_the_batch_is_said() -> None:
             assert f"GA cell ({cell}) contradicts" in r["notes"]
         else:
             assert "contradicts" not in r["notes"]
+
+
+def test_25_11_rows_take_their_configs_switches() -> None:
+    """The v0.2.0 config of a 25.11 run's model, GPU and precision gives its switches: the
+    all-to-all overlap (with delayed weight gradients) and no TP overlap on H100's
+    Qwen3-235B-A22B, a full-iteration CUDA graph for Llama 3 8B on Blackwell, 5 layers of
+    full recomputation for Llama 3 8B on H100, HybridEP on GB200 only, gpt-oss's selective
+    recomputation; CPU offloading is said, not applied."""
+    q = BY_ID["mbridge2511_qwen3235ba22b_h100_256_fp8cs"]["plan"]
+    assert (q["ep_overlap"], q["delay_wgrad"], q["tp_comm_overlap"], q["recompute"]) == (
+        True, True, False, "none")
+    cfgs = INPUTS["configs"]["25.11"]
+    assert cfgs["QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG"]["moe_a2a_overlap"] is True
+    for gpu in ("gb300", "gb200", "b200"):
+        assert BY_ID[f"mbridge2511_llama38b_{gpu}_8_fp8cs"]["plan"]["cuda_graph"] is True
+    assert "cuda_graph" not in BY_ID["mbridge2511_llama38b_h100_8_fp8cs"]["plan"]
+    p = case_from_entry(BY_ID["mbridge2511_llama38b_h100_8_fp8cs"], ROWS).job.plan
+    assert (p.recompute, p.recompute_layers, p.recompute_method) == ("full", 5, "block")
+    # the same config key both Qwen3-30B-A3B Blackwell runs read: HybridEP named on GB200
+    # runs there; B200's names none
+    assert BY_ID["mbridge2511_qwen330ba3b_gb200_8_mxfp8"]["plan"]["moe_dispatcher"] == "hybridep"
+    assert BY_ID["mbridge2511_qwen330ba3b_b200_8_mxfp8"]["plan"]["moe_dispatcher"] == "alltoall"
+    src = copy.deepcopy(INPUTS)
+    src["configs"]["25.11"]["QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG"][
+        "moe_flex_dispatcher_backend"] = "hybridep"
+    row = next(r for r in tr.transcribe(src) if r["id"] == "mbridge2511_qwen330ba3b_b200_8_mxfp8")
+    assert row["plan"]["moe_dispatcher"] == "alltoall" and "GB200/GB300 only" in row["notes"]
+    g = BY_ID["mbridge2511_gptoss120b_h100_64_bf16"]["plan"]
+    assert (g["recompute"], g["recompute_modules"]) == ("selective", "layernorm+moe_act")
+    r70 = BY_ID["mbridge2511_llama370b_gb200_64_fp8cs"]
+    assert "cpu_offloading_num_layers 40" in r70["notes"] and "stated, not modelled" in r70[
+        "notes"]
+
+
+def test_25_09_deepseek_takes_the_yamls_pipeline_layout_where_it_fits() -> None:
+    """v0.1.0rc3's DeepSeek-V3 YAML names the 32-stage layout Et|(tt|)*30mL: H100's pp 8 x vp 4
+    is it; B200's pp 16 with no vp gets vp 2 from it (Megatron-Core takes an unset vp from the
+    layout); GB200's pp 4 x vp 4 cannot be it (a stated vp must equal the layout's) and keeps
+    the reader's split, said."""
+    h100 = BY_ID["mbridge2509_deepseekv3_h100_1024_fp8cs"]["plan"]
+    assert (h100["pp_layout"], h100["virtual_stages"], h100["overlap_grad_reduce"]) == (
+        "Et|(tt|)*30mL", 4, False)
+    for rid in ("mbridge2509_deepseekv3_b200_256_fp8cs", "mbridge2509_deepseekv3_b200_256_mxfp8"):
+        pl = BY_ID[rid]["plan"]
+        assert (pl["pp"], pl["virtual_stages"], pl["schedule"], pl["pp_layout"]) == (
+            16, 2, "interleaved 1F1B", "Et|(tt|)*30mL")
+        plan = case_from_entry(BY_ID[rid], ROWS).job.plan
+        assert (plan.pp, plan.vpp, plan.layout) == (16, 2, "Et|(tt|)*30mL")
+    gb = BY_ID["mbridge2509_deepseekv3_gb200_256_fp8cs"]
+    assert "pp_layout" not in gb["plan"] and gb["plan"]["virtual_stages"] == 4
+    assert "not applied, the table's pp 4 x vp 4 = 16 chunks" in gb["notes"]
+    # a 25.09 Qwen3 run recomputes nothing (the YAML's recompute_granularity null)
+    assert BY_ID["mbridge2509_qwen330ba3b_h100_16_fp8cs"]["plan"]["recompute"] == "none"
 
 
 @pytest.mark.skipif(not os.path.isdir(MIRROR), reason="no Megatron-Bridge clone (mirror)")

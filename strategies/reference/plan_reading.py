@@ -222,6 +222,7 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
+    switches.update(stated_recompute_layers(pl, rec, notes))
     switches.update(hybrid_mesh(c, fw, tp, cp, dp, int(zero), notes))
     k = _flushes(fw, pp, gbs, dp, local)
     if k > 1:
@@ -231,6 +232,19 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
                      "strategies.flushes)")
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+def stated_recompute_layers(pl: dict, rec: str, notes: list[str]) -> dict:
+    """Megatron's partial full recomputation a plan states (``recompute_layers``: the layers
+    recomputed per chunk, ``recompute_method``: block, the default, or uniform; Megatron-Core's
+    ``recompute_num_layers`` / ``recompute_method``), with full recomputation only; {}
+    where none is stated."""
+    n = stated_size(pl.get("recompute_layers"))
+    if n is None or rec != "full":
+        return {}
+    method = str(pl.get("recompute_method") or "block").lower()
+    notes.append(f"recompute_layers={n}, recompute_method={method} (stated)")
+    return {"recompute_layers": n, "recompute_method": method}
 
 
 def stated_fsdp(pl: dict) -> bool:
