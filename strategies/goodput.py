@@ -43,7 +43,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.cost.system import SystemConfig
 from strategies.framework import get_profile
-from strategies.stacks.profile import FrameworkProfile, stack_system
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.limits import check_int, check_number
 
@@ -105,9 +105,9 @@ def checkpoint_bytes_per_param(framework: FrameworkProfile | str | None = None,
     persistent model state the memory model counts, once. It is read off
     ``memory.scalar.model_state_bytes_per_param`` at ZeRO-3 with one rank (a fully sharded
     job holds exactly one copy of each persistent state over its ranks, no replica), with the
-    stack's facts as memory reads them (``stack_system``, ``optimizer_state_bytes``,
-    ``fsdp2``): ``params + optimizer``; gradients are not saved. Megatron-Core's distributed
-    checkpoint: bf16 weights + fp32 master + Adam m, v, ``2 + 12 = 14``; torchtitan (FSDP2
+    stack's facts as memory reads them (``memory.stack_terms.stack_memory``: its system,
+    optimizer state bytes and ``fsdp2``): ``params + optimizer``; gradients are not saved.
+    Megatron-Core's distributed checkpoint: bf16 weights + fp32 master + Adam m, v, ``2 + 12 = 14``; torchtitan (FSDP2
     over an fp32 model, DCP): the fp32 sharded parameter is the master, ``4 + 8 = 12`` (no
     16-bit copy: the gathered bf16 weights are transient); Composer (FSDP1 over an fp32 model,
     the same state) ``4 + 8 = 12``; MaxText (fp32 weights only, ``master_only``; Orbax saves
@@ -120,10 +120,12 @@ def checkpoint_bytes_per_param(framework: FrameworkProfile | str | None = None,
     [14.0, 12.0, 6.0, 10.0, 12.0, 12.0]
     """
     from strategies.memory.scalar import model_state_bytes_per_param
-    fw = get_profile(framework)
+    from strategies.memory.stack_terms import stack_memory
+    # the stack's terms as the memory model reads them (the precision and the chip enter
+    # none of the three read here)
+    terms = stack_memory(get_profile(framework), "bf16", False, system)
     params, _grads, optimizer = model_state_bytes_per_param(
-        3, 1, optimizer_bytes=fw.optimizer_state_bytes, system=stack_system(fw, system),
-        fsdp2=fw.fsdp2)
+        3, 1, optimizer_bytes=terms.optimizer_bytes, system=terms.system, fsdp2=terms.fsdp2)
     return params + optimizer
 
 

@@ -60,7 +60,7 @@ def test_under_full_recomputation_only_the_rebuilt_layer_saves_less():
 def test_the_search_memory_rule_reads_the_same_mixer(plan):
     m, j, _ = _jobs(plan)
     rule = space_memory(m, j.cluster.gpu, j.dtype, j.framework, j.system)
-    assert rule.mixer_d_inner == 1
+    assert rule.stack.mixer_d_inner == 1
     got = float(rule.peak(PlanArrays.from_plans([j.plan]))[0])      # the search's own rule
     assert got == pytest.approx(max(s.total for s in memory_by_stage(j)), rel=1e-9)
     off = float(peak_memory_arrays(m, PlanArrays.from_plans([j.plan]), j.dtype, j.system,

@@ -132,16 +132,31 @@ def _free_ranks(job: Job, f: list[float], b: list[float], w: list[float]) -> lis
                            p.microbatch_group_size, t_w=w[0], slowdown=slow)
 
 
+def real_replay(job: Job, costs: StageCostMemo | None = None
+                ) -> tuple[tuple[list[float], list[float], list[float]], tuple]:
+    """The real stages' forward, backward and ``W`` seconds (``stage_times(job, None)``) and
+    each rank's span when they run ``job``'s schedule with free communication
+    (``_free_ranks``; ``schedules.analysis.RankSpan``, seconds): the one replay of the real
+    pipeline that ``per_stage`` (its makespan) and ``stage_slack`` (each kind of rank's end)
+    read, computed once per estimate (kept on ``costs``, the estimate's ``StageCostMemo``)."""
+    costs = costs or StageCostMemo(job)
+
+    def replay() -> tuple[tuple[list[float], list[float], list[float]], tuple]:
+        real = stage_times(job, None, costs)
+        return real, tuple(_free_ranks(job, *real))
+    return costs.keep("real_replay", replay)
+
+
 def stage_slack(job: Job, costs: StageCostMemo | None = None) -> tuple[float, float, float]:
-    """How long before the real stages' pipeline ends (``per_stage``'s replay) rank 0, rank 1
-    (the middle kind, ``terms.ranks.rank_slack``'s) and rank ``pp - 1`` end their compute:
+    """How long before the real stages' pipeline ends (``real_replay``, the replay
+    ``per_stage`` reads) rank 0, rank 1 (the middle kind, ``terms.ranks.rank_slack``'s) and
+    rank ``pp - 1`` end their compute:
     the kinds' slack from the replay rather than ``rank_slack``'s closed form, which has rank
     0 end last. Under a split backward on uneven stages the slowest stage's trailing weight
     gradients end the pipeline, so its rank is the last to reduce its gradients and the
     others wait for it at the gradient norm's barrier (``cost.norm_barrier``, §5.203).
     Seconds."""
-    costs = costs or StageCostMemo(job)
-    ends = [x.end for x in _free_ranks(job, *stage_times(job, None, costs))]
+    ends = [x.end for x in real_replay(job, costs)[1]]
     span, pp = max(ends), job.plan.pp
     return span - ends[0], span - ends[min(1, pp - 1)], span - ends[pp - 1]
 
@@ -157,11 +172,15 @@ def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     costs = costs or StageCostMemo(job)
     m = job.num_microbatches
 
-    def makespan(f: list[float], b: list[float], w: list[float]) -> tuple[float, float]:
-        span = max(x.end for x in _free_ranks(job, f, b, w))
-        return span, m * max(x + y for x, y in zip(f, b))
+    def makespan(times: tuple[list[float], list[float], list[float]], ranks
+                 ) -> tuple[float, float]:
+        span = max(x.end for x in ranks)
+        return span, m * max(x + y for x, y in zip(*times[:2]))
 
-    even, real = stage_times(job, job.cluster.gpu, costs), stage_times(job, None, costs)
-    return corrected(job, r, makespan(*even), makespan(*real), messages_shift(
-        job, r, [x + y for x, y in zip(*even[:2])], [x + y for x, y in zip(*real[:2])]))
+    even = stage_times(job, job.cluster.gpu, costs)
+    real, real_ranks = real_replay(job, costs)     # the replay ``stage_slack`` reads too
+    shift = messages_shift(job, r, [x + y for x, y in zip(*even[:2])],
+                           [x + y for x, y in zip(*real[:2])])
+    return corrected(job, r, makespan(even, _free_ranks(job, *even)),
+                     makespan(real, real_ranks), shift)
 

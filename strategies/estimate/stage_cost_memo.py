@@ -1,9 +1,11 @@
 """``StageCostMemo``: one job's stage-cost records, each GPU type's once per estimate."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from strategies.job import Job
+
+T = TypeVar("T")
 
 
 class StageCostMemo:
@@ -17,6 +19,7 @@ class StageCostMemo:
     def __init__(self, job: Job) -> None:
         self.job = job
         self._by_gpu: dict[int, tuple[Any, Any]] = {}
+        self._kept: dict[str, Any] = {}
 
     def __call__(self, gpu: Any = None) -> Any:
         """The stage-cost record of the memo's job on ``gpu`` (default the cluster's slowest)."""
@@ -27,3 +30,11 @@ class StageCostMemo:
             hit = self._by_gpu[id(gpu)] = (gpu, stage_costs(self.job, gpu))
         return hit[1]
 
+    def keep(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, computed on the first call under ``key`` and the same object after, for
+        the rest of one estimate: ``make`` must be a pure function of the memo's job (and of
+        this memo's records), so a kept answer is a fresh call's, bit for bit (e.g. the real
+        stages' replay, ``stage_correction.real_replay``)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]

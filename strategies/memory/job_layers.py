@@ -5,60 +5,60 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from strategies.cost import moe_bytes, token_counts
+from strategies.cost import token_counts
 from strategies.cost.cp_a2a import saved_delta
 from strategies.cost.recompute import modules_mask
 from strategies.cost.offload import offload_mask
 from strategies.memory.moe_saved import routed_stash_correction
 from strategies.memory.offload_saved import routed_offload_bytes
 from strategies.memory.recompute_saved import layer_activation_bytes
-from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
-                                               runs_te_experts)
 from strategies.memory.mixer_saved import mixer_saved_delta
-from strategies.memory.te_linear_saved import job_te_linear_inputs, te_linear_saved_delta
+from strategies.memory.stack_terms import job_stack_memory
+from strategies.memory.te_linear_saved import te_linear_saved_delta
 from strategies.model import ModelSpec
-from strategies.stacks.variants import runs_eager_clamp
 
 if TYPE_CHECKING:
     from strategies.job import Job
 
 
 def job_activation_cache(job: Job) -> float | None:
-    """``activation_cache_bytes`` of the job's stack and precision."""
-    return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
+    """``activation_cache_bytes`` of the job's stack and precision
+    (``stack_terms.StackMemory.act_cache``)."""
+    return job_stack_memory(job).act_cache
 
 
 def job_expert_input_bytes(job: Job) -> float | None:
     """``expert_input_bytes`` of the job's stack (its experts, its Transformer Engine
-    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
-    fw = job.framework
-    return expert_input_bytes(runs_te_experts(fw), job.dtype, fw.te_version,
-                              job.cluster.gpu.fp8_tn_only)
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``;
+    ``stack_terms.StackMemory.expert_input``)."""
+    return job_stack_memory(job).expert_input
 
 
 def job_te_linear_bytes(job: Job) -> tuple[float, float, float, float] | None:
     """``te_linear_input_bytes`` of the job's stack (its modules, its Transformer Engine
-    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
-    return job_te_linear_inputs(job.framework, job.dtype, job.cluster.gpu.fp8_tn_only)
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``;
+    ``stack_terms.StackMemory.te_inputs``)."""
+    return job_stack_memory(job).te_inputs
 
 
 def job_dispatch_bytes(job: Job) -> float:
-    """``moe_bytes.dispatch_element_bytes`` of the job's stack and precision."""
-    return moe_bytes.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
+    """``moe_bytes.dispatch_element_bytes`` of the job's stack and precision
+    (``stack_terms.StackMemory.dispatch_bytes``)."""
+    return job_stack_memory(job).dispatch_bytes
 
 
 def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                                model: ModelSpec | None = None) -> float:
     """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides;
-    ``model``: a layer-kind view of the job's model, ``stash_kinds``)."""
-    p, fw = job.plan, job.framework
+    ``model``: a layer-kind view of the job's model, ``stash_kinds``) and its stack's
+    terms (``stack_terms.job_stack_memory``)."""
+    p, st = job.plan, job_stack_memory(job)
     return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
-                        fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
-                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
-                        job_expert_input_bytes(job), job_te_linear_bytes(job),
-                        p.moe_pad_to_capacity, fw.mamba_saved_d_inner,
-                        fw.cp_impl in ("a2a", "a2a+p2p"), offload_mask(p.offload_modules))
+                        st.remat_named, st.act_cache, p.ep, p.imbalance,
+                        p.capacity_factor, p.expert_tp, st.clamp, st.expert_input,
+                        st.te_inputs, p.moe_pad_to_capacity, st.mixer_d_inner, st.cp_a2a,
+                        offload_mask(p.offload_modules))
 
 
 @lru_cache(maxsize=4096, typed=True)

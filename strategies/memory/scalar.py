@@ -25,10 +25,9 @@ import numpy as np
 from strategies.cost import param_counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
-from strategies.stacks.profile import stack_system
-from strategies.stacks.variants import runs_eager_clamp
 from strategies.memory import activations as act
 from strategies.memory import arrays
+from strategies.memory.stack_terms import job_stack_memory
 from strategies.layout import mixed_layers, stage_content
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import get_schedule
@@ -163,18 +162,14 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
     by_chunk = [c is not None for c in per]
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
-        stack_system(job.framework, job.system), in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
+        in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
         stash_layers=([x if c else np.nan for (_, _, x), c in zip(peaks, by_chunk)]
                       if any(by_chunk) else None),
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
-        content=content, gpu=job.cluster.gpu, clamp=runs_eager_clamp(job.framework),
-        remat_named=job.framework.remat_named, loss_bytes=job.framework.loss,
-        act_cache=act.job_activation_cache(job),
-        optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,
-        dispatch_bytes=act.job_dispatch_bytes(job),
-        expert_input=act.job_expert_input_bytes(job), te_inputs=act.job_te_linear_bytes(job),
-        mixer_d_inner=job.framework.mamba_saved_d_inner, cp_impl=job.framework.cp_impl)
+        content=content, gpu=job.cluster.gpu,
+        # the stack's memory terms, as the search reads them (``stack_terms``)
+        **job_stack_memory(job).keywords())
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

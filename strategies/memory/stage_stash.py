@@ -12,6 +12,7 @@ from strategies.cost.recompute import checkpoint_inputs, kept_layers, modules_ma
 from strategies.errors import SpecError
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.memory.job_layers import job_activation_cache, job_layer_activation_bytes
+from strategies.memory.stack_terms import job_stack_memory
 from strategies.memory.layer_terms import layer_wgrad_bytes
 from strategies.memory.recompute_saved import selective_dropped_bytes
 from strategies.memory.stage_ends import (embedding_activation_bytes, holds_embedding,
@@ -305,7 +306,7 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
         # less the fp32 logits a schedule that stashes them counts in its entries
         p = job.plan
         nbytes += float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                     job.framework.loss.peak_bytes_at(p.tp)))
+                                     job_stack_memory(job).loss_bytes.peak_bytes_at(p.tp)))
         if get_schedule(p.schedule).logits_stashed:
             nbytes -= output_activation_bytes(job)
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds

@@ -45,7 +45,7 @@ from strategies.search.prune_rules import (framework_ok, pipeline_bubble, row_ru
                                           stack_schedules)
 from strategies.search.space_memory import SpaceMemory, space_memory
 from strategies.search.zero2_dominance import zero1_twins, zero2_slower
-from strategies.stacks.profile import FrameworkProfile, stack_system
+from strategies.stacks.profile import FrameworkProfile
 from topologies.cluster import Cluster
 
 __all__ = ["Space", "SpaceOptions", "enumerate_space"]
@@ -102,8 +102,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     costs = (layer_costs(model, cluster, dtype, framework, system)
              if cluster.uniform and opts.layouts else None)
     stack = framework or DEFAULT_FRAMEWORK
-    # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)
-    mem = space_memory(model, cluster.gpu, dtype, stack, stack_system(stack, system))
+    # the stack's memory terms, its system's as the stack sets them (memory.stack_terms)
+    mem = space_memory(model, cluster.gpu, dtype, stack, system)
     c = raw_product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
