@@ -24,14 +24,13 @@ Table 3, **Megatron-Core's sub-module order against the lumped pair**: per ``ep_
 one layer's all-to-all ``t`` (one direction, dispatch + combine: the ``t_comm`` the estimate
 hands ``combined.pair_exposed``, recorded), the forward and backward layer compute ``F``, ``B``
 it is hidden by, the estimate's exposure ``max(F, t) + max(B, t) − F − B``, and the exposure
-of the order ``TransformerLayerSchedulePlan.run`` issues (Megatron-LM d98e8a64
-``megatron/core/models/common/model_chunk_schedule_plan.py`` 207-274: combine_bwd beside
-pre_dispatch_fwd, dispatch_fwd beside mlp_bwd, dispatch_bwd beside mlp_fwd, combine_fwd beside
-pre_dispatch_bwd, each pair of slots joined by the streams' events), ``Σ max(c_i, x_i) − F − B``
-over the four slots, with dispatch = combine = ``t/2`` and the routed-expert share of each
-pass's non-attention-core compute taken as the routed experts' share of the layer's GEMM FLOPs
-(``gemm_shapes.layer_gemm_parts``; an approximation: the split is not in the stage record),
-and what the difference adds to the step over the stage's paired layers.
+of the order Megatron-Core issues, replayed on its compute and communication streams with its
+events (``sub_module_layers``). Dispatch = combine = ``t/2``. The routed experts' share of
+each pass's non-attention-core compute is their share of the layer's GEMM FLOPs
+(``gemm_shapes.layer_gemm_parts``); the weight gradient is half of each backward's GEMM
+seconds. Both are approximations: the stage record does not carry the split. The last
+column: what the difference adds to the step over the stage's paired layers (negative: the
+lumped rule hides less than the streams do).
 """
 from __future__ import annotations
 
@@ -122,25 +121,55 @@ def expert_share(job) -> float:
     return flops.get("routed_mlp", 0.0) / sum(flops.values())
 
 
+def sub_module_layers(a_f: float, m_f: float, m_b: float, a_b: float, a_bw: float,
+                      disp: float, comb: float, delayed: bool, layers: int = 64) -> float:
+    """Seconds per layer pair of Megatron-Core's combined order, replayed on its two streams
+    for ``layers`` pairs (Megatron-LM d98e8a64 ``model_chunk_schedule_plan.py`` 231-274, the
+    issue order; ``pipeline_parallel/utils.py`` 324-345: a node waits for its micro-batch's
+    event and records it at its end; ``models/common/utils.py`` 323-334: the delayed weight
+    gradients run on the stream and record nothing). Forward: pre-dispatch ``a_f``, expert
+    MLP ``m_f``; backward: expert MLP ``m_b`` (half of it weight gradient), pre-dispatch
+    ``a_b`` of which ``a_bw`` weight gradient; ``disp``/``comb`` one dispatch/combine;
+    ``delayed``: ``delay_wgrad_compute`` (the weight gradients off the events)."""
+    comp = comm = f_ev = b_ev = 0.0
+    for _ in range(layers):
+        comm = b_ev = max(comm, b_ev) + comb                # combine backward
+        comp = f_ev = max(comp, f_ev) + a_f                 # pre-dispatch forward
+        comp = b_ev = max(comp, b_ev) + (m_b / 2 if delayed else m_b)   # mlp backward
+        comm = f_ev = max(comm, f_ev) + disp                # dispatch forward
+        comp += m_b / 2 if delayed else 0.0                 # mlp backward_dw
+        comm = b_ev = max(comm, b_ev) + disp                # dispatch backward
+        comp = f_ev = max(comp, f_ev) + m_f                 # mlp forward
+        comm = f_ev = max(comm, f_ev) + comb                # combine forward
+        comp = b_ev = max(comp, b_ev) + (a_b - a_bw if delayed else a_b)  # pre-dispatch bwd
+        comp += a_bw if delayed else 0.0                    # its delayed weight gradient
+    return max(comp, comm) / layers
+
+
 def slot_table(on: list) -> None:
     """Table 3 (see the module docstring)."""
     print("\nTable 3. One layer pair: the lumped exposure against the sub-module order's\n")
-    print("| row | t ms | F ms | B ms | expert share | lumped ms | sub-module ms "
-          "| step + s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| row | delay_wgrad | t ms | F ms | B ms | expert share | lumped ms "
+          "| sub-module ms | step + s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for _, c in on:
         t, f, b = pair_inputs(c.job)
-        a_f = float(np.asarray(stage_costs(c.job).attn_fwd, dtype=float).ravel()[0])
+        sc = stage_costs(c.job)
+        a_f, a_b = (float(np.asarray(x, dtype=float).ravel()[0]) for x in (sc.attn_fwd,
+                                                                            sc.attn_bwd))
         x = expert_share(c.job)
         m_f = (f - a_f) * x
-        m_b = b * m_f / f
-        h = t / 2
-        lump = max(f, t) + max(b, t) - f - b
-        slot = max(f - m_f, h) + max(m_b, h) + max(m_f, h) + max(b - m_b, h) - f - b
+        m_b = (b - a_b) * x
+        a_bw = (b - a_b) * (1 - x) / 2
         p = c.job.plan
+        lump = max(f, t) + max(b, t) - f - b
+        slot = sub_module_layers(f - m_f, m_f, m_b, b - m_b, a_bw, t / 2, t / 2,
+                                 bool(p.delay_wgrad)) - f - b
         pairs = c.job.model.num_layers / p.pp * (p.gbs // (p.mbs * p.dp))
-        print(f"| {c.id} | {t * 1e3:.2f} | {f * 1e3:.2f} | {b * 1e3:.2f} | {x:.2f} "
-              f"| {lump * 1e3:.2f} | {slot * 1e3:.2f} | {(slot - lump) * pairs:.2f} |")
+        d = (max(slot, 0) - max(lump, 0)) * pairs
+        print(f"| {c.id} | {p.delay_wgrad} | {t * 1e3:.2f} | {f * 1e3:.2f} | {b * 1e3:.2f} "
+              f"| {x:.2f} | {max(lump, 0) * 1e3:.2f} | {max(slot, 0) * 1e3:.2f} "
+              f"| {d if abs(d) >= 0.005 else 0.0:+.2f} |")
 
 
 def main() -> None:
