@@ -2,7 +2,7 @@
 """Megatron-Core's EP overlap (plan ``ep_overlap``: ``overlap_moe_expert_parallel_comm``,
 the combined 1F1B) against twin runs (docs/calibration.md §5.212). Analytic only.
 
-    python experiments/ep_overlap_twins.py        # Markdown tables on stdout (about 20 s)
+    python experiments/ep_overlap_twins.py        # Markdown tables on stdout (about 45 s)
 
 Table 1, **the model's credit** per reference row that runs ``ep_overlap``: the row's
 estimate as read, the same job with ``ep_overlap`` (and ``delay_wgrad``, which needs it) off,
