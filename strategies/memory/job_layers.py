@@ -10,7 +10,7 @@ from strategies.cost.cp_a2a import saved_delta
 from strategies.cost.recompute import modules_mask
 from strategies.cost.offload import offload_mask
 from strategies.memory.moe_saved import routed_stash_correction
-from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.offload_saved import layer_kept_share, routed_offload_bytes
 from strategies.memory.recompute_saved import layer_activation_bytes
 from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
                                                runs_te_experts)
@@ -58,7 +58,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
                         job_expert_input_bytes(job), job_te_linear_bytes(job),
                         p.moe_pad_to_capacity, fw.mamba_saved_d_inner,
-                        fw.cp_impl in ("a2a", "a2a+p2p"), offload_mask(p.offload_modules))
+                        fw.cp_impl in ("a2a", "a2a+p2p"), offload_mask(p.offload_modules),
+                        p.cpu_offloading_num_layers or 0, job.model.num_layers)
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -68,7 +69,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                  expert_tp: int | None, clamp: bool, expert_input: float | None = None,
                  te_inputs: tuple[float, float, float, float] | None = None,
                  pad: bool = False, mixer_d_inner: int | None = None,
-                 cp_a2a: bool = False, offload: int = 0) -> float:
+                 cp_a2a: bool = False, offload: int = 0, cpu_layers: int = 0,
+                 num_layers: int = 1) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -89,4 +91,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     # what fine-grained activation offloading moves to host memory (``offload_saved``)
     off = routed_offload_bytes(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code, mods,
                                offload, cache, expert_input)
-    return float(base + extra + te + mixer + a2a - off)
+    # layer-level CPU offloading of the first ``cpu_layers`` of ``num_layers`` (the mean
+    # layer's share kept, ``offload_saved.layer_kept_share``)
+    kept = layer_kept_share(cpu_layers, num_layers)
+    return float(kept * (base + extra + te + mixer + a2a - off))
