@@ -353,7 +353,7 @@ def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     mask = np.asarray(getattr(v, "offload_modules", 0), dtype=np.int64)
     on = mask != 0
     fused = offloads(mask, "fused_group_mlp")
-    cpu = np.asarray(getattr(v, "cpu_offloading_num_layers", 0) or 0)
+    cpu = np.asarray(getattr(v, "cpu_offloading_num_layers", 0))
     return [
         ("offload_modules", v.offload_modules, ~on | fw.activation_offload,
          lambda: f"{fw.name} has no fine-grained activation offloading (Megatron-Core's "
