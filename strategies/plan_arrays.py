@@ -195,10 +195,11 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
-        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad pgo ofm cpo`` optional: tp, the default imbalance,
-        no dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA
-        graph, random routing, the overlap's weight gradient delayed, no padding to
-        capacity, no parameter gathers inside the optimizer step, no activation offloading, fine-grained
+        block, the default modules, the even layout, one flush, the default group; ``etp imb
+        cf epo disp cg route dw pad pgo ofm cpo`` optional: tp, the default imbalance, no
+        dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph,
+        random routing, the overlap's weight gradient delayed, no padding to capacity, no
+        parameter gathers inside the optimizer step, no activation offloading, fine-grained
         or by layer)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:

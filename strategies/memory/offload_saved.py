@@ -1,9 +1,9 @@
 """The saved activations Megatron-Core's fine-grained activation offloading moves to host memory
 (plan ``offload_modules``, ``strategies.cost.offload``): one layer's offloaded bytes, which the
 stash no longer holds, and the groups still on the GPU at the peak; and what layer-level CPU
-offloading (plan ``cpu_offloading_num_layers``, ``strategies.cost.layer_offload``) keeps. The memory arrays
-(``rank_activations``), the scalar stash (``job_layers``) and the copy-time model
-(``cost.stage.offload_time``) read these."""
+offloading (plan ``cpu_offloading_num_layers``, ``strategies.cost.layer_offload``) keeps.
+The memory arrays (``rank_activations``), the scalar stash (``job_layers``) and the copy-time
+model (``cost.stage.offload_time``) read these."""
 from __future__ import annotations
 
 import numpy as np

@@ -344,7 +344,8 @@ def param_gather_optimizer_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """Where plan keys ``offload_modules`` (Megatron-Core's fine-grained activation offloading,
     ``cost.offload``) and ``cpu_offloading_num_layers`` (its layer-level CPU offloading,
-    ``cost.layer_offload``: the same stacks) may be set: a stack that runs it (``fw.activation_offload``);
+    ``cost.layer_offload``: the same stacks) may be set: a stack that runs it
+    (``fw.activation_offload``);
     ``fused_group_mlp`` only on Transformer Engine's fused grouped MLP (``fw.fused_grouped_mlp``:
     Megatron-Core raises "fused_group_mlp requires use_transformer_engine_op_fuser",
     transformer_config.py L2186-2188 at d98e8a64dd); not with ``cuda_graph`` (paraplan's

@@ -1,7 +1,8 @@
 """The exposed seconds of fine-grained activation offloading's copies (plan ``offload_modules``,
 ``strategies.cost.offload``) and of layer-level CPU offloading's (plan
 ``cpu_offloading_num_layers``, ``strategies.cost.layer_offload``) per layer and micro-batch,
-added to the stage-cost record's layer times, which the estimate, the lower bound and the simulator all read (one source).
+added to the stage-cost record's layer times, which the estimate, the lower bound and the
+simulator all read (one source).
 
 An offloaded MoE layer's group (``memory.offload_saved.routed_offload_bytes``) crosses the host
 link (``GPU.host_link_bandwidth``) once each way. Forward: the D2H copy starts when the module's
