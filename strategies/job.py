@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable
 
+from strategies.cost.layer_offload import check_model_layers
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
@@ -233,6 +234,8 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if model.num_experts % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide num_experts={model.num_experts}")
     check_expert_plan(model, plan)
+    check_model_layers(plan.cpu_offloading_num_layers, model.num_layers,
+                       not model.is_moe and not model.is_hybrid, model.name)
 
 
 def check_expert_plan(model: ModelSpec, plan: Plan) -> None:

@@ -106,6 +106,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
                      "asserts NVTE_CPU_OFFLOAD_V1=1 (megatron/training/arguments.py)"
                      + ("; fused_group_mlp needs --use-transformer-engine-op-fuser"
                         if "fused_group_mlp" in p.offload_modules else ""))
+    if p.cpu_offloading_num_layers is not None:     # layer-level (cost.layer_offload)
+        a.append(f"--cpu-offloading-num-layers {p.cpu_offloading_num_layers}")
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
         if p.dp_shard is not None:     # hybrid sharding: the optimizer over dp_shard·cp

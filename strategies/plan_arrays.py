@@ -43,7 +43,8 @@ OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc", "fl", "mgs")
 _FLOAT = ("tp", "pp", "dp", "dp_shard", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
           "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
           "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most",
-          "layout_mid_most", "flushes", "microbatch_group_size", "hierarchical_cp")
+          "layout_mid_most", "flushes", "microbatch_group_size", "hierarchical_cp",
+          "cpu_offloading_num_layers")
 #: ``PlanArrays`` fields read from a plan's layout string (``layout.layout_string_extremes``;
 #: NaN: none), in its order
 LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
@@ -55,7 +56,7 @@ EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IM
                    ("moe_routing", "route", 0), ("delay_wgrad", "dw", False),
                    ("moe_pad_to_capacity", "pad", False),
                    ("param_gather_with_optimizer", "pgo", False),
-                   ("offload_modules", "ofm", 0))
+                   ("offload_modules", "ofm", 0), ("cpu_offloading_num_layers", "cpo", 0))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
         "moe_dispatcher", "moe_routing", "cp_comm", "offload_modules")
 
@@ -101,6 +102,9 @@ class PlanArrays:
     # Megatron-Core's --offload-modules (plan offload_modules): a ``cost.offload.MODULES`` bit
     # mask, 0: no activation offloading
     offload_modules: np.ndarray = None
+    # Megatron-Core's --cpu-offloading-num-layers (plan cpu_offloading_num_layers; short column
+    # ``cpo``, optional): the first N layers' activations offloaded, 0: none
+    cpu_offloading_num_layers: np.ndarray = None
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -191,10 +195,12 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
-        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad pgo ofm`` optional: tp, the default imbalance,
-        no dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA
-        graph, random routing, the overlap's weight gradient delayed, no padding to
-        capacity, no parameter gathers inside the optimizer step, no activation offloading)."""
+        block, the default modules, the even layout, one flush, the default group; ``etp imb
+        cf epo disp cg route dw pad pgo ofm cpo`` optional: tp, the default imbalance, no
+        dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph,
+        random routing, the overlap's weight gradient delayed, no padding to capacity, no
+        parameter gathers inside the optimizer step, no activation offloading, fine-grained
+        or by layer)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
@@ -211,7 +217,7 @@ class PlanArrays:
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans), ``etp`` (resolved) among
         them as in every space; the other expert columns are left out (their defaults), and
-        the exchange ``cpc``, ``pgo`` and ``ofm`` where a plan names one."""
+        the exchange ``cpc``, ``pgo``, ``ofm`` and ``cpo`` where a plan names one."""
         n = np.shape(self.tp)
         cols = {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
                         else (getattr(self, name) + np.zeros(n)).astype(np.int64))
@@ -224,6 +230,8 @@ class PlanArrays:
             cols["pgo"] = self.param_gather_with_optimizer + np.zeros(n, dtype=bool)
         if np.any(self.offload_modules):
             cols["ofm"] = (self.offload_modules + np.zeros(n)).astype(np.int64)
+        if np.any(self.cpu_offloading_num_layers):
+            cols["cpo"] = (self.cpu_offloading_num_layers + np.zeros(n)).astype(np.int64)
         return cols
 
 
@@ -248,7 +256,8 @@ def value_code(name: str, v: Any) -> Any:
     if name == "hierarchical_cp":
         return 1 if v is None else v
     return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
-                                       "last_stage_layers", "microbatch_group_size") else v
+                                       "last_stage_layers", "microbatch_group_size",
+                                       "cpu_offloading_num_layers") else v
 
 
 def as_plan_arrays(plans: PlanArrays | Mapping[str, Any]) -> PlanArrays:

@@ -129,8 +129,10 @@ FIXES = [("etp", "1", 1), ("moe_dispatcher", "deepep", "deepep"),
 
 def test_fix_keys_cover_the_switches():
     # moe_pad_to_capacity needs moe_capacity_factor fixed beside it: its round trip is
-    # tests/test_moe_drop_pad.py's
-    assert {k for k, _, _ in FIXES} | {"moe_pad_to_capacity"} == {"etp", *SWITCH_KEYS} \
+    # tests/test_moe_drop_pad.py's; cpu_offloading_num_layers runs on dense models and fixes
+    # pp and recompute beside it: tests/test_layer_offload.py's
+    assert {k for k, _, _ in FIXES} | {"moe_pad_to_capacity", "cpu_offloading_num_layers"} \
+        == {"etp", *SWITCH_KEYS} \
         <= set(FIX_KEYS)
 
 

@@ -25,7 +25,9 @@ transformer_config.py`` L1321-1390 (the fields) and L2127-2197 (the rules);
 The copies go over the GPU's host link (``topologies.gpus.host_link``), D2H and H2D in opposite
 directions of a full-duplex link. A layer's copy is exposed where it outlasts the compute it
 overlaps (``exposed_copy_seconds``). Only the routed experts' modules are priced (their saved
-tensors are ``memory.moe_saved``'s); the attention-side ones are refused as not modelled.
+tensors are ``memory.moe_saved``'s); the attention-side ones are refused as not modelled
+(``memory.layer_terms`` holds their tensors in the 16-bit table, but TE's saved precisions and
+the SP/CP splits are applied to the layer as a whole, not per module: §5.211 Left 1).
 """
 from __future__ import annotations
 
@@ -107,7 +109,9 @@ def check_offload_modules(mods: Any, recompute: str,
                             + ", ".join(MEGATRON_MODULES))
         if m not in MODULES:
             raise SpecError("offload_modules", m, "not modelled: paraplan prices the routed "
-                            f"experts' modules only ({', '.join(MODULES)})")
+                            f"experts' modules only ({', '.join(MODULES)}); the attention "
+                            "side's saved tensors are not split by module at Transformer "
+                            "Engine's saved precision (docs/calibration.md §5.211)")
     twice = next((m for i, m in enumerate(mods) if m in mods[:i]), None)
     if twice is not None:
         raise SpecError("offload_modules", shown, f"names {twice} twice (each module once)")

@@ -10,7 +10,7 @@ from strategies.cost.cp_a2a import saved_delta
 from strategies.cost.recompute import modules_mask
 from strategies.cost.offload import offload_mask
 from strategies.memory.moe_saved import routed_stash_correction
-from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.offload_saved import layer_kept_share, routed_offload_bytes
 from strategies.memory.recompute_saved import layer_activation_bytes
 from strategies.memory.mixer_saved import mixer_saved_delta
 from strategies.memory.stack_terms import job_stack_memory
@@ -58,7 +58,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         st.remat_named, st.act_cache, p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, st.clamp, st.expert_input,
                         st.te_inputs, p.moe_pad_to_capacity, st.mixer_d_inner, st.cp_a2a,
-                        offload_mask(p.offload_modules))
+                        offload_mask(p.offload_modules),
+                        p.cpu_offloading_num_layers or 0, job.model.num_layers)
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -68,7 +69,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                  expert_tp: int | None, clamp: bool, expert_input: float | None = None,
                  te_inputs: tuple[float, float, float, float] | None = None,
                  pad: bool = False, mixer_d_inner: int | None = None,
-                 cp_a2a: bool = False, offload: int = 0) -> float:
+                 cp_a2a: bool = False, offload: int = 0, cpu_layers: int = 0,
+                 num_layers: int = 1) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -89,4 +91,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     # what fine-grained activation offloading moves to host memory (``offload_saved``)
     off = routed_offload_bytes(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code, mods,
                                offload, cache, expert_input)
-    return float(base + extra + te + mixer + a2a - off)
+    # layer-level CPU offloading of the first ``cpu_layers`` of ``num_layers`` (the mean
+    # layer's share kept, ``offload_saved.layer_kept_share``)
+    kept = layer_kept_share(cpu_layers, num_layers)
+    return float(kept * (base + extra + te + mixer + a2a - off))

@@ -18,7 +18,8 @@ from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
                                           stash_kinds)
 from strategies.memory.mixer_saved import mixer_saved_delta
-from strategies.memory.offload_saved import resident_offload_bytes, routed_offload_bytes
+from strategies.memory.offload_saved import (layer_kept_share, resident_layer_bytes,
+                                             resident_offload_bytes, routed_offload_bytes)
 from strategies.memory.stage_stash import stashed_count
 from strategies.memory.stage_ends import stage_output_bytes
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
@@ -122,8 +123,14 @@ class RankActivations:
         # what fine-grained activation offloading moves to host memory (plan offload_modules)
         off = routed_offload_bytes(view, s, b, tp, cp, sp, P.etp, load, rc, P.recompute_modules,
                                    P.offload_modules, act_cache, expert_input)
+        # layer-level CPU offloading (plan cpu_offloading_num_layers): the first N layers'
+        # stash leaves, the last of them comes back ahead of its backward (``offload_saved``)
+        whole = act + extra + te - off
+        n_cpu = P.cpu_offloading_num_layers
         got = layer_bytes[view] = {
-            "act": act + extra + te - off, "none": none + extra_none + te_none, "off": off,
+            "act": layer_kept_share(n_cpu, self.m.num_layers) * whole,
+            "grp": resident_layer_bytes(whole, n_cpu),
+            "none": none + extra_none + te_none, "off": off,
             "wgrad": layer_wgrad_arrays(view, b, tp, cp, sp, act_cache),
             "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
                                            P.recompute_modules, act_cache)[1]}
@@ -153,7 +160,8 @@ class RankActivations:
                                           for (x, _), h in zip(pl, held_any)])
             L["op"] = np.maximum.reduce([np.where(h, np.maximum(x["none"] - x["act"], 0.0),
                                                   0.0) for (x, _), h in zip(pl, held_any)])
-            L["off"] = np.maximum.reduce([np.where(h, x["off"], 0.0)
+            for k in ("off", "grp"):
+                L[k] = np.maximum.reduce([np.where(h, x[k], 0.0)
                                           for (x, _), h in zip(pl, held_any)])
         op_rb = L.get("op", np.maximum(L["none"] - L["act"], 0.0))
         chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * L["act"]
@@ -163,7 +171,7 @@ class RankActivations:
                           np.where(rc == 3, op_rb, L["sel"]))
         # offload groups still on the GPU at the peak (``offload_saved``); a transient, as
         # what recomputation rebuilds at once
-        rc_act = rc_act + resident_offload_bytes(L["off"])
+        rc_act = rc_act + resident_offload_bytes(L["off"]) + L["grp"]
         return chunk_act, lpc * L["wgrad"], rc_act
 
     def at_peak(self, chunk_act: Any, w_chunk: Any) -> tuple:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from strategies.cost.layer_offload import check_cpu_offloading
 from strategies.cost.offload import check_offload_modules
 from strategies.errors import SpecError
 from strategies.plan.checks import (check_dp_shard, check_group_microbatches,
@@ -96,6 +97,9 @@ class Plan:
     # Megatron-Core's --fine-grained-activation-offloading --offload-modules: the modules whose
     # saved activations go to host memory (``strategies.cost.offload``; None: none)
     offload_modules: tuple[str, ...] | None = None
+    # Megatron-Core's --cpu-offloading-num-layers: the first N layers' activations go to host
+    # memory (``strategies.cost.layer_offload``; None or 0: none)
+    cpu_offloading_num_layers: int | None = None
     # pipeline schedules run per optimizer step, each over gbs/(mbs·dp·flushes) micro-batches
     # and each paying its own fill and drain (torch.distributed.pipelining's schedule.step()
     # per local batch: ``strategies.flushes``)
@@ -132,6 +136,9 @@ class Plan:
         check_partial_recompute(self)
         object.__setattr__(self, "offload_modules", check_offload_modules(
             self.offload_modules, self.recompute, self.recompute_modules))
+        object.__setattr__(self, "cpu_offloading_num_layers", check_cpu_offloading(
+            self.cpu_offloading_num_layers, self.pp, self.recompute, self.offload_modules,
+            self.cuda_graph))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
@@ -209,6 +216,8 @@ class Plan:
             parts.append("sp")
         if self.offload_modules is not None:
             parts.append("offload:" + "+".join(self.offload_modules))
+        if self.cpu_offloading_num_layers is not None:
+            parts.append(f"cpu-offload:{self.cpu_offloading_num_layers}")
         if self.ep_overlap:
             parts.append("epo+dw" if self.delay_wgrad else "epo")
         if self.moe_dispatcher != "alltoall":

@@ -16,7 +16,7 @@ from strategies.stacks.megatron import MEGATRON_LM_2021
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
-from strategies.plan.parse import tp_overlap_default
+from strategies.plan.parse import coerce, tp_overlap_default
 from strategies.plan.recompute_fields import parse_modules
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.recipe_options import hybrid_mesh, moe_options, stated_remat
@@ -219,6 +219,9 @@ def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers:
         switches["recompute_modules"] = parse_modules(pl["recompute_modules"])
     if pl.get("offload_modules"):       # Megatron-Core's fine-grained activation offloading
         switches["offload_modules"] = parse_offload_modules(pl["offload_modules"])
+    if pl.get("cpu_offloading_num_layers"):    # its layer-level CPU offloading (layer_offload)
+        switches["cpu_offloading_num_layers"] = coerce("cpu_offloading_num_layers",
+                                                       pl["cpu_offloading_num_layers"])
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)

@@ -18,6 +18,7 @@ from strategies.plan.choices import CP_COMMS, CP_IMPL_OF
 from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedules
 from strategies.schedules.base import Schedule
+from strategies.cost.layer_offload import check_model_layers
 from strategies.search.fix_parse import MOE_KEYS
 from strategies.search.layouts import slot_vpps
 from strategies.search.options import SCHEDULE_SETS, SpaceOptions
@@ -96,6 +97,12 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
                 v = "+".join(fx[k]) if isinstance(fx[k], tuple) else fx[k]
                 raise SpecError("--fix", f"{k}={v}", f"{k} applies to mixture-of-experts "
                                 f"layers; {model.name} is dense")
+    if fx.get("cpu_offloading_num_layers"):   # make_job's rule, before any plan is built
+        try:
+            check_model_layers(fx["cpu_offloading_num_layers"], model.num_layers,
+                               not model.is_moe and not model.is_hybrid, model.name)
+        except SpecError as e:
+            raise SpecError("--fix", f"cpu_offloading_num_layers={e.value}", e.rule) from None
     if "recompute_modules" in fx:  # job.check_modules_against_model's rule, before any plan
         try:
             check_modules_against_model(model, fx["recompute_modules"])

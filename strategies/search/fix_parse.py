@@ -104,6 +104,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
                  offload_modules=out["offload_modules"])
         except SpecError as e:
             raise SpecError("--fix", f"offload_modules={e.value}", e.rule) from None
+    if out.get("cpu_offloading_num_layers"):    # Megatron-Core's rules (cost.layer_offload)
+        _check_cpu_offloading(out)
     _check_partial_recompute(out)
     _check_layout(out)
     if "hierarchical_cp" in out:
@@ -213,6 +215,21 @@ def _check_hierarchical(out: dict[str, Any]) -> None:
             Plan(cp=out["cp"], cp_comm="a2a+p2p", hierarchical_cp=k)
         except SpecError as e:
             raise SpecError("--fix", f"hierarchical_cp={k}", e.rule) from None
+
+
+def _check_cpu_offloading(out: dict[str, Any]) -> None:
+    """``cpu_offloading_num_layers`` checked by ``Plan`` against the other fixed keys (pp,
+    recompute, cuda_graph, offload_modules), then ``pp=1`` and ``recompute=none`` fixed too:
+    the only plans Megatron-Core runs it with, so no candidate contradicts it."""
+    n = out["cpu_offloading_num_layers"]
+    try:
+        Plan(pp=out.get("pp", 1), recompute=out.get("recompute", "none"),
+             cuda_graph=out.get("cuda_graph", False),
+             offload_modules=out.get("offload_modules"), cpu_offloading_num_layers=n)
+    except SpecError as e:
+        raise SpecError("--fix", f"cpu_offloading_num_layers={n}", e.rule) from None
+    out.setdefault("pp", 1)
+    out.setdefault("recompute", "none")
 
 
 def _fix_switch(key: str, value: str) -> Any:

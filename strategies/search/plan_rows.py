@@ -26,13 +26,14 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
                "moe_capacity_factor": "cf", "moe_pad_to_capacity": "pad", "flash_attn": "flash",
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg", "cp_comm": "cpc",
-               "param_gather_with_optimizer": "pgo", "offload_modules": "ofm"}
+               "param_gather_with_optimizer": "pgo", "offload_modules": "ofm",
+               "cpu_offloading_num_layers": "cpo"}
 #: the uneven pipeline layout's fields (``layouts``: the ``lf``, ``ll`` and ``acc`` columns)
 LAYOUT_KEYS = ("first_stage_layers", "last_stage_layers", "account_embedding", "account_loss")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
            "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc",
-           "cpk", "pgo", "ofm")
+           "cpk", "pgo", "ofm", "cpo")
 
 
 def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
@@ -61,6 +62,7 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 param_gather_with_optimizer=bool(c.get("pgo", False)),
                 offload_modules=tuple(n for n in OFFLOAD_MODULES if offloads(c.get("ofm", 0), n))
                 or None,
+                cpu_offloading_num_layers=int(c.get("cpo", 0)) or None,
                 recompute_layers=int(c["rcl"]) or None,
                 recompute_method=METHODS[c["rcu"]] if c["rcl"] else None,
                 recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))

@@ -140,7 +140,9 @@ class StackLimits:
     param_gather_with_optimizer: bool = False
     #: runs Megatron-Core's fine-grained activation offloading (plan ``offload_modules``;
     #: ``--fine-grained-activation-offloading``, Megatron-Core from core_v0.16.0, b97184db56;
-    #: ``strategies.cost.offload``; ``stack_rules`` holds its limits)
+    #: ``strategies.cost.offload``; ``stack_rules`` holds its limits), and its layer-level
+    #: ``--cpu-offloading-num-layers`` (plan ``cpu_offloading_num_layers``,
+    #: ``strategies.cost.layer_offload``)
     activation_offload: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")

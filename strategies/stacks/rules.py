@@ -342,8 +342,10 @@ def param_gather_optimizer_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 
 def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
-    """Where plan key ``offload_modules`` (Megatron-Core's fine-grained activation offloading,
-    ``cost.offload``) may be set: a stack that runs it (``fw.activation_offload``);
+    """Where plan keys ``offload_modules`` (Megatron-Core's fine-grained activation offloading,
+    ``cost.offload``) and ``cpu_offloading_num_layers`` (its layer-level CPU offloading,
+    ``cost.layer_offload``: the same stacks) may be set: a stack that runs it
+    (``fw.activation_offload``);
     ``fused_group_mlp`` only on Transformer Engine's fused grouped MLP (``fw.fused_grouped_mlp``:
     Megatron-Core raises "fused_group_mlp requires use_transformer_engine_op_fuser",
     transformer_config.py L2186-2188 at d98e8a64dd); not with ``cuda_graph`` (paraplan's
@@ -352,6 +354,7 @@ def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     mask = np.asarray(getattr(v, "offload_modules", 0), dtype=np.int64)
     on = mask != 0
     fused = offloads(mask, "fused_group_mlp")
+    cpu = np.asarray(getattr(v, "cpu_offloading_num_layers", 0))
     return [
         ("offload_modules", v.offload_modules, ~on | fw.activation_offload,
          lambda: f"{fw.name} has no fine-grained activation offloading (Megatron-Core's "
@@ -362,7 +365,12 @@ def offload_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                  "use_transformer_engine_op_fuser)"),
         ("offload_modules", v.offload_modules, ~on | ~np.asarray(v.cuda_graph, bool),
          lambda: "not with cuda_graph=true: the full-iteration graph needs Megatron-Core's "
-                 "fine_grained_offloading_max_inflight_offloads joins, not modelled")]
+                 "fine_grained_offloading_max_inflight_offloads joins, not modelled"),
+        # layer-level CPU offloading (cost.layer_offload): Transformer Engine's context, in
+        # the same Megatron-Core stacks (transformer_block.py asserts TE is present)
+        ("cpu_offloading_num_layers", cpu, ~(cpu > 0) | fw.activation_offload,
+         lambda: f"{fw.name} has no Megatron-Core CPU activation offloading "
+                 "(--cpu-offloading-num-layers)")]
 
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
@@ -384,6 +392,7 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            overlap_param_gather=plan.overlap_param_gather,
                            param_gather_with_optimizer=plan.param_gather_with_optimizer,
                            offload_modules=offload_mask(plan.offload_modules),
+                           cpu_offloading_num_layers=plan.cpu_offloading_num_layers or 0,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            cp_comm=0 if plan.cp_comm is None else 1 + CP_COMMS.index(plan.cp_comm),
                            layout_string=plan.layout is not None,

@@ -1,6 +1,8 @@
 """The exposed seconds of fine-grained activation offloading's copies (plan ``offload_modules``,
-``strategies.cost.offload``) per layer and micro-batch, added to the stage-cost record's layer
-times, which the estimate, the lower bound and the simulator all read (one source).
+``strategies.cost.offload``) and of layer-level CPU offloading's (plan
+``cpu_offloading_num_layers``, ``strategies.cost.layer_offload``) per layer and micro-batch,
+added to the stage-cost record's layer times, which the estimate, the lower bound and the
+simulator all read (one source).
 
 An offloaded MoE layer's group (``memory.offload_saved.routed_offload_bytes``) crosses the host
 link (``GPU.host_link_bandwidth``) once each way. Forward: the D2H copy starts when the module's
@@ -21,13 +23,16 @@ import numpy as np
 
 from strategies.cost import gemm_shapes
 from strategies.cost.gemm_time import fixed_shares, gemms_time_bwd_split, whole_split
+from strategies.cost.layer_offload import offload_exposed_total
 from strategies.cost.offload import exposed_copy_seconds
 from strategies.cost.quant_scope import scope_formats
 from strategies.cost.stage.inputs import StageInputs
 from strategies.errors import SpecError
-from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.offload_saved import dense_layer_stash_bytes, routed_offload_bytes
+from strategies.memory.rank_components import runs_exchange
 from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
                                                runs_te_experts)
+from strategies.memory.te_linear_saved import job_te_linear_inputs
 from strategies.model import ModelSpec
 
 
@@ -76,6 +81,9 @@ def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
     compute as the period; with MoE and other layers (``by_kind["moe"]``), the stage's compute
     per MoE layer (every kind's layers by ``ModelSpec.layer_counts``), the MoE layer charged
     and the mean layer its share. The multi-token-prediction block's MoE layer is not charged."""
+    if np.any(si.P.cpu_offloading_num_layers):
+        f, b = layer_offload_exposed(m, si, fwd, bwd)
+        return fwd + f, bwd + b, by_kind
     if not np.any(si.P.offload_modules) or not m.is_moe:
         return fwd, bwd, by_kind
     counts = {k: n for k, n in m.layer_counts().items() if n}
@@ -90,3 +98,31 @@ def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
     out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b))
     share = n_moe / m.num_layers
     return fwd + share * f, bwd + share * b, out
+
+
+def layer_offload_exposed(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any) -> tuple[Any, Any]:
+    """``(forward, backward)`` seconds per mean layer and micro-batch that layer-level CPU
+    offloading (plan ``cpu_offloading_num_layers``, ``cost.layer_offload``) adds to a dense
+    model of ``fwd``/``bwd`` seconds a layer: each of the ``N`` groups (one layer's stash,
+    ``memory.offload_saved.dense_layer_stash_bytes``) crosses the host link each way against
+    its window's layers (``layer_offload.offload_exposed_total``), the sum spread over the
+    ``num_layers`` layers the record's mean layer stands for. 0 where a plan offloads none."""
+    P, fw, gpu = si.P, si.fw, si.gpu
+    n_all = np.asarray(P.cpu_offloading_num_layers, dtype=float) + si.zeros
+    bw = gpu.host_link_bandwidth
+    if bw is None:
+        raise SpecError("cpu_offloading_num_layers", P.cpu_offloading_num_layers,
+                        f"{gpu.name} has no host link bandwidth in the catalog "
+                        "(topologies.gpus.host_link)")
+    a2a = runs_exchange(P.cp_comm, fw.cp_impl, "a2a") | runs_exchange(P.cp_comm, fw.cp_impl,
+                                                                      "a2a+p2p")
+    nbytes = dense_layer_stash_bytes(m, P.mbs, P.tp, P.cp, P.sp, P.recompute, P.flash_attn,
+                                     P.recompute_modules, fw.remat_named,
+                                     activation_cache_bytes(fw.fp8_activation_cache, si.dtype),
+                                     job_te_linear_inputs(fw, si.dtype, gpu.fp8_tn_only), a2a)
+    f_out, b_out = si.zeros + 0.0, si.zeros + 0.0
+    for n in np.unique(n_all[n_all > 0]):
+        f, b = offload_exposed_total(nbytes, bw, fwd, bwd, m.num_layers, int(n))
+        f_out = np.where(n_all == n, f / m.num_layers, f_out)
+        b_out = np.where(n_all == n, b / m.num_layers, b_out)
+    return f_out[()], b_out[()]
