@@ -428,21 +428,9 @@ def test_search_csv_is_checked_before_the_search(capsys, tmp_path):
     assert rc == 2 and out == "" and "must be a file name ending with .csv" in err
 
 
-@pytest.mark.slow
-def test_the_main_job_search_with_no_arguments():
-    """``paraplan search``, the README's main job: GPT-3 175B on 128 DGX A100 nodes at
-    global batch 1536, with the Megatron-LM paper's plans beside the result."""
-    p = subprocess.run([sys.executable, "-m", "simulator.cli", "search", "--json"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == 0, p.stderr
-    rep = json.loads(p.stdout)
-    i = rep["inputs"]
-    assert (i["model"]["name"], i["cluster"], i["gpus"], i["global_batch"]) == \
-        ("gpt3-175b", "dgx-a100:128", 1024, 1536)
-    assert len(rep["plans"]) == 5 and len(rep["references"]) == 2
-    assert all(p["step_time_s"] <= r["step_time_s"] for p in rep["plans"][:1]
-               for r in rep["references"])
+# The README main job with no arguments (``paraplan search --json``) is checked in
+# test_search_layouts.py (test_the_main_job_search_with_no_arguments), on the one search that
+# file's module fixture runs for its README-job tests.
 
 
 # -------------------------------------------------- compare, validate, presets

@@ -67,7 +67,7 @@ def test_search_space_pipelined_rows_equal_scalar(model, cluster):
     cl = mixed_cluster(cluster)
     sp = enumerate_space(m, cl, 64, SpaceOptions())
     a = estimate_arrays_mixed(m, cl, "bf16", sp.arrays)
-    rows = [i for i in range(sp.size) if sp.plan(i).pp > 1][::9]
+    rows = np.flatnonzero(sp.cols["pp"] > 1)[::9].tolist()     # the pipelined rows
     assert {sp.plan(i).schedule for i in rows} >= {"1f1b", "gpipe", "interleaved"}
     for i in rows:
         e = estimate(make_job(m, cl, sp.plan(i)))

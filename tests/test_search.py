@@ -141,8 +141,9 @@ def test_bound_never_beats_the_simulation_with_zero2():
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
     sp = enumerate_space(m, cl, 64, SpaceOptions(max_mbs=4, max_vpp=4,
                                                  memory_limit_bytes=float("inf")))
-    plans = [replace(sp.plan(i), zero=2) for i in range(sp.size)
-             if sp.plan(i).zero == 1 and sp.plan(i).dp > 1]
+    # the ZeRO-1, dp > 1 rows, read from the columns (a Plan built only for those)
+    plans = [replace(sp.plan(i), zero=2) for i in
+             np.flatnonzero((sp.cols["zero"] == 1) & (sp.cols["dp"] > 1)).tolist()]
     rng = np.random.default_rng(11)
     for i in rng.choice(len(plans), size=min(12, len(plans)), replace=False).tolist():
         b = step_time_lower_bound(m, cl, "bf16", columns_from_plans([plans[i]]))[0]

@@ -178,10 +178,12 @@ def test_a_named_stacks_default_switch_stays_out_of_the_key():
     ``row_job`` reads them back with the stack's defaults; a fixed other value is in it."""
     fw = get_profile("megatron-core")
     cl = cluster_preset("dgx-h100", 2)
-    for text, inkey in (("", False), ("tp_comm_overlap=false", True)):
+    # the space's tp = 2, SP rows only (a quarter of it): the row read below is the same plan
+    # as in the whole space (tp=2,pp=2,dp=1,cp=4,ep=8,...,cp_comm=a2a+p2p,hierarchical_cp=2)
+    for text, inkey in (("", False), (",tp_comm_overlap=false", True)):
         sp = enumerate_space(MOE, cl, 256, SpaceOptions(max_mbs=1, layouts=False,
-                                                        fixed=parse_fix(text) if text else {}),
-                                                        framework=fw)
+                                                        fixed=parse_fix("tp=2,sp=true" + text)),
+                             framework=fw)
         # the last row where the stack's TP overlap runs (tp > 1 with SP; the rows after it
         # may be the K/V exchange axis's, tests/test_search_cp_axis.py)
         i = int(np.flatnonzero((sp.cols["tp"] > 1) & sp.cols["sp"])[-1])

@@ -147,11 +147,17 @@ def test_space_proposes_the_layouts_405b():
 
 @pytest.fixture(scope="module")
 def gpt3_readme_search():
-    """The README job (GPT-3 175B on dgx-a100:128, gbs 1536) searched once, ``(report,
-    space)``: the space is the one ``run_search`` enumerated (``enumerate_space(m, cl, 1536)``
-    with the default options, captured, not built again), read by the two tests below."""
+    """The README's main job searched once, ``(report, space)``: ``paraplan search --json``
+    with no arguments (GPT-3 175B on dgx-a100:128, gbs 1536, every core, the paper's two
+    reference plans), run in this process; ``report`` is its JSON, ``space`` the one
+    ``run_search`` enumerated (``enumerate_space(m, cl, 1536)`` with the default options,
+    captured, not built again). Read by the three tests below (one search, not three: the
+    CLI contract's no-argument search was the same job run again in a subprocess)."""
+    import contextlib
+    import io
+    import json
     import simulator.search.run as run_mod
-    from simulator.search.run import SearchConfig, run_search
+    from simulator.cli.main import main
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     seen = []
 
@@ -161,12 +167,30 @@ def gpt3_readme_search():
         assert kw.get("dtype", "bf16") == "bf16" and kw.get("system") is None
         seen.append(enumerate_space(*args, **kw))
         return seen[-1]
-    with pytest.MonkeyPatch.context() as mp:
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
         mp.setattr(run_mod, "enumerate_space", captured)
-        rep = run_search(SearchConfig(model=m, cluster=cl, gbs=1536, workers=2))
+        assert main(["search", "--json"]) == 0, err.getvalue()
     (sp,) = seen
     assert (sp.model, sp.cluster, sp.gbs) == (m, cl, 1536)
-    return rep, sp
+    return json.loads(out.getvalue()), sp
+
+
+@pytest.mark.slow
+def test_the_main_job_search_with_no_arguments(gpt3_readme_search):
+    """``paraplan search``, the README's main job: GPT-3 175B on 128 DGX A100 nodes at
+    global batch 1536, with the Megatron-LM paper's plans beside the result (moved from
+    test_cli_contract, where it ran the same search in a subprocess; ``python -m
+    simulator.cli`` itself is run by test_search_cli's and test_cli_contract's subprocess
+    tests)."""
+    rep = gpt3_readme_search[0]
+    i = rep["inputs"]
+    assert (i["model"]["name"], i["cluster"], i["gpus"], i["global_batch"]) == \
+        ("gpt3-175b", "dgx-a100:128", 1024, 1536)
+    assert len(rep["plans"]) == 5 and len(rep["references"]) == 2
+    assert all(p["step_time_s"] <= r["step_time_s"] for p in rep["plans"][:1]
+               for r in rep["references"])
 
 
 @pytest.mark.slow
