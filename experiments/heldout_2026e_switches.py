@@ -14,8 +14,9 @@ with the file and line they are read from (calibration §5.210).
   L138-169), and what ``run_script.py`` sets per model and GPU.
 
 ``read_configs`` reads both from a clone into the kept inputs; ``config_switches`` turns a
-row's into ``(plan fields, note)``. A switch paraplan has no field for (CPU activation
-offloading, per-layer CUDA graphs, NCCL user buffers) is named in the note, not applied.
+row's into ``(plan fields, note)``. A switch paraplan has no field for (per-layer CUDA
+graphs, NCCL user buffers) is named in the note, not applied; layer-level CPU activation
+offloading is applied as plan ``cpu_offloading_num_layers`` (§5.211).
 """
 from __future__ import annotations
 
@@ -177,9 +178,10 @@ def switches_2511(cfgs: dict, b: dict) -> tuple[dict, str]:
         said.append(f"recompute none: {V020}{QWEN3_NO_RECOMPUTE_2511} recompute_granularity "
                     "None. ")
     if cf["cpu_offloading_num_layers"] is not None:
+        sw["cpu_offloading_num_layers"] = int(cf["cpu_offloading_num_layers"])
         said.append(f"cpu_offloading_num_layers {cf['cpu_offloading_num_layers']} (activations "
-                    "of that many layers offloaded to the host, utils/helpers.py L170-173): "
-                    "stated, not modelled. ")
+                    "of that many layers offloaded to the host, utils/helpers.py L170-173; "
+                    "the plan key of the same name, calibration §5.211). ")
     if bool(cf["use_megatron_fsdp"]) != bool(b["fsdp"]):
         said.append(f"The config's use_megatron_fsdp is {cf['use_megatron_fsdp']}, the table's "
                     f"FSDP column {b['fsdp']}: the table's kept. ")
@@ -239,9 +241,10 @@ def switches_2509(cfgs: dict, b: dict) -> tuple[dict, str]:
                        "Megatron-Core's default core_attn" if rec == "selective" else "")
                     + ". ")
     if pm.get("cpu_offloading_num_layers"):
+        sw["cpu_offloading_num_layers"] = int(pm["cpu_offloading_num_layers"])
         said.append(f"cpu_offloading_num_layers {pm['cpu_offloading_num_layers']} (activations "
-                    "of that many layers offloaded to the host, utils/helpers.py L131-135): "
-                    "stated, not modelled. ")
+                    "of that many layers offloaded to the host, utils/helpers.py L131-135; "
+                    "the plan key of the same name, calibration §5.211). ")
     if bool(pm.get("use_megatron_fsdp")) != bool(b["fsdp"]):
         said.append(f"The YAML's use_megatron_fsdp is {pm.get('use_megatron_fsdp')}, the "
                     f"table's FSDP column {b['fsdp']}: the table's kept. ")

@@ -132,7 +132,8 @@ def test_25_11_rows_take_their_configs_switches() -> None:
     all-to-all overlap (with delayed weight gradients) and no TP overlap on H100's
     Qwen3-235B-A22B, a full-iteration CUDA graph for Llama 3 8B on Blackwell, 5 layers of
     full recomputation for Llama 3 8B on H100, HybridEP on GB200 only, gpt-oss's selective
-    recomputation; CPU offloading is said, not applied."""
+    recomputation; layer-level CPU offloading as the plan key (§5.211), which brings the
+    GB200 Llama 3 70B row under its HBM."""
     q = BY_ID["mbridge2511_qwen3235ba22b_h100_256_fp8cs"]["plan"]
     assert (q["ep_overlap"], q["delay_wgrad"], q["tp_comm_overlap"], q["recompute"]) == (
         True, True, False, "none")
@@ -155,8 +156,10 @@ def test_25_11_rows_take_their_configs_switches() -> None:
     g = BY_ID["mbridge2511_gptoss120b_h100_64_bf16"]["plan"]
     assert (g["recompute"], g["recompute_modules"]) == ("selective", "layernorm+moe_act")
     r70 = BY_ID["mbridge2511_llama370b_gb200_64_fp8cs"]
-    assert "cpu_offloading_num_layers 40" in r70["notes"] and "stated, not modelled" in r70[
-        "notes"]
+    assert "cpu_offloading_num_layers 40" in r70["notes"] and "§5.211" in r70["notes"]
+    assert r70["plan"]["cpu_offloading_num_layers"] == 40
+    assert BY_ID["mbridge2511_llama370b_gb300_64_fp8cs"]["plan"]["cpu_offloading_num_layers"] == 20
+    assert "cpu_offloading_num_layers" not in BY_ID["mbridge2511_llama38b_h100_8_fp8cs"]["plan"]
 
 
 def test_25_09_deepseek_takes_the_yamls_pipeline_layout_where_it_fits() -> None:
