@@ -3,12 +3,15 @@
 default search, each in its own process as a user runs it; with ``--tree DIR`` (an earlier
 checkout, ``git archive COMMIT | tar -x -C DIR``) each run alternates with the same search
 there and the two JSON reports are compared byte for byte without the timing fields
-(``wall_s``). Prints figures (the median and the least of ``--repeat`` runs); asserts nothing.
+(``wall_s``; ``--without KEY`` drops more keys, e.g. ``events``, the count of events simulated,
+which folding more ranks lowers). Prints figures (the median and the least of ``--repeat``
+runs); asserts nothing.
 On a shared machine the wall clock mostly measures the other users: compare CPU seconds too.
 
     python experiments/bench_large_search.py --tree /tmp/before --repeat 2
     python experiments/bench_large_search.py --cases default
     python experiments/bench_large_search.py --tree /tmp/before --cases default,deepseek-v3 --repeat 3
+    python experiments/bench_large_search.py --tree /tmp/before --cases gpt-530b --without events
 """
 from __future__ import annotations
 
@@ -51,11 +54,11 @@ def run(tree: Path, args: list[str]) -> tuple[float, float, str]:
     return wall, cpu, out
 
 
-def without_timing(text: str) -> str:
-    """The report's bytes less its timing fields (``wall_s`` at any depth)."""
+def without_timing(text: str, keys: tuple[str, ...] = ()) -> str:
+    """The report's bytes less its timing fields (``wall_s`` at any depth) and ``keys``."""
     def drop(x):
         if isinstance(x, dict):
-            return {k: drop(v) for k, v in x.items() if k != "wall_s"}
+            return {k: drop(v) for k, v in x.items() if k != "wall_s" and k not in keys}
         if isinstance(x, list):
             return [drop(v) for v in x]
         return x
@@ -67,6 +70,8 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--tree", help="an earlier checkout, run alternately and compared")
+    ap.add_argument("--without", action="append", default=[], metavar="KEY",
+                    help="also leave KEY (at any depth) out of the comparison; repeatable")
     a = ap.parse_args()
     trees = [("this", ROOT)] + ([("before", Path(a.tree))] if a.tree else [])
     for case in a.cases.split(","):
@@ -77,7 +82,7 @@ def main() -> None:
             for name, tree in reversed(trees):
                 wall, cpu, out = run(tree, CASES[case])
                 times[name].append((wall, cpu))
-                outs[name].add(without_timing(out))
+                outs[name].add(without_timing(out, tuple(a.without)))
                 print(f"  {case} {name}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
         for name, _ in trees:
             w = [t[0] for t in times[name]]
@@ -87,7 +92,8 @@ def main() -> None:
                   f" over {len(w)} runs")
         if a.tree:
             same = len(outs["this"] | outs["before"]) == 1
-            print(f"{case}: JSON without wall_s {'byte-identical' if same else 'DIFFERS'} "
+            less = "".join(f", {k}" for k in a.without)
+            print(f"{case}: JSON without wall_s{less} {'byte-identical' if same else 'DIFFERS'} "
                   "between the two checkouts and across runs")
 
 

@@ -14,6 +14,11 @@ core runs slower); compare checkouts alternately.
 
     python experiments/profile_search.py
     python experiments/profile_search.py --digest --tree /tmp/before
+    python experiments/profile_search.py --search="--model gpt-530b --cluster hgx-h800:256"
+
+``--search ARGS``: another search than the README's (its arguments as ``--key value`` pairs,
+``--workers 1 --json`` added); ``--digest`` then hashes each plan's search figures (less
+``wall_s`` and ``events``) for the ``--model``, ``--cluster`` and ``--framework`` given.
 """
 from __future__ import annotations
 
@@ -46,8 +51,9 @@ def timed(spent: Counter, name: str, owner, attr: str) -> None:
     setattr(owner, attr, wrapper)
 
 
-def profile() -> list:
-    """Run the search; print CPU seconds by phase and by simulation; return the plans."""
+def profile(args: tuple[str, ...] = ()) -> list:
+    """Run the search (``args``: its arguments, none for the README's); print CPU seconds by
+    phase and by simulation; return the plans."""
     import simulator.extend as ext
     import simulator.simulate as sim
     from simulator.cli.main import main
@@ -70,7 +76,7 @@ def profile() -> list:
     ext.simulate_figures = simulate_figures
     c0 = time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
-        main(["search", "--workers", "1", "--json"])
+        main(["search", *args, "--workers", "1", "--json"])
     total = time.process_time() - c0
     spent["event loop"] = spent.pop("run") - spent["engine setup"]
     print(f"search ({_TREE}): {total:.2f} CPU s, of which the simulations {spent['simulate']:.2f}:"
@@ -81,24 +87,38 @@ def profile() -> list:
     return [plan for _, plan, _, _ in sims]
 
 
-def digest(plans: list) -> None:
-    """Hash what each plan's simulation computes (records in order, metrics, figures)."""
+def digest(plans: list, args: tuple[str, ...] = ()) -> None:
+    """Hash what each plan's simulation computes (records in order, metrics, figures); with
+    ``args`` (``--search``'s: its ``--model``, ``--cluster`` and ``--framework``) the search's
+    figures alone (``simulate_figures`` less ``wall_s`` and ``events``: what a plan's row
+    reports, the same whatever is folded)."""
     from simulator.extend import simulate_figures
     from simulator.simulate import simulate
     from strategies.job import make_job
+    from strategies.hf_config import load_model_arg
+    from topologies.cluster.arg import parse_cluster_arg
     from strategies.presets import model_preset
     from topologies.cluster import cluster_preset
     model, cluster = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
+    opt = dict(zip(args[::2], args[1::2]))
     total = hashlib.sha256()
     for plan in plans:
-        job = make_job(model, cluster, plan)
-        res = simulate(job)
-        fig = simulate_figures(job)
-        fig.pop("wall_s")
-        h = hashlib.sha256()
-        for part in (repr(res.records), repr(res.step_time_s), str(res.events),
+        if args:
+            job = make_job(load_model_arg(opt["--model"]), parse_cluster_arg(opt["--cluster"]),
+                           plan, framework=opt.get("--framework"))
+            fig = simulate_figures(job)
+            parts = [json.dumps({k: v for k, v in fig.items() if k not in ("wall_s", "events")},
+                                sort_keys=True, default=repr)]
+        else:
+            job = make_job(model, cluster, plan)
+            res = simulate(job)
+            fig = simulate_figures(job)
+            fig.pop("wall_s")
+            parts = [repr(res.records), repr(res.step_time_s), str(res.events),
                      json.dumps(res.metrics, sort_keys=True, default=repr),
-                     json.dumps(fig, sort_keys=True, default=repr)):
+                     json.dumps(fig, sort_keys=True, default=repr)]
+        h = hashlib.sha256()
+        for part in parts:
             h.update(part.encode())
         total.update(h.digest())
         print(f"  {h.hexdigest()[:16]}  {plan.short()}")
@@ -110,10 +130,12 @@ def main() -> None:
     ap.add_argument("--tree", default=None, help="run this checkout's simulator instead")
     ap.add_argument("--digest", action="store_true",
                     help="also hash what each simulation computes")
+    ap.add_argument("--search", default="", metavar="ARGS",
+                    help="the search's arguments (default: the README's search)")
     a = ap.parse_args()
-    plans = profile()
+    plans = profile(tuple(a.search.split()))
     if a.digest:
-        digest(plans)
+        digest(plans, tuple(a.search.split()))
 
 
 if __name__ == "__main__":

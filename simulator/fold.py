@@ -20,6 +20,17 @@ each hop by the same hop of the representative GPU that owns it; as ``T`` acts f
 GPUs, each real link carries exactly as many flows as its representative link carries
 (repeats counted) in every round of progressive filling, so rates and times are the same.
 
+**Rings kept as sets.** A ring group that a translation maps onto groups but not onto their
+ring order (the ``dpcp`` gradient ring when cp and dp are both above 1: moving cp breaks the
+edge between two dp replicas) is not a symmetry of the flow set, yet folding it stays exact
+when its flows form an *equitable partition*: every flow from an orbit goes to one
+destination orbit through one relay orbit (E1), and every GPU of an orbit sends, relays and
+receives equally many flows of each class (E2). Then each link of an orbit carries, class by
+class, as many flows as its representative link, which is all the argument above uses
+(proof and check: ``simulator.fold_rings``). ``fold_spec`` accepts such a translation, checks
+(E1) and (E2) on the representatives it found, and falls back to order-keeping translations
+when they fail (``strict=True`` asks for those alone).
+
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)
@@ -36,6 +47,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.job import Job
+from simulator.fold_rings import equitable
 from topologies.graph import rails as graph_rails
 
 COORDS = ("tp", "cp", "dp")
@@ -128,8 +140,8 @@ def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
 GROUP_DIMS = ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")
 
 
-def group_table(job: Job) -> list[tuple[np.ndarray, bool, set[tuple[int, ...]]]]:
-    """Each group dimension with more than one rank per group: its groups (one row each), whether
+def group_table(job: Job) -> list[tuple[str, np.ndarray, bool, set[tuple[int, ...]]]]:
+    """Each group dimension with more than one rank per group: its name, its groups (one row each), whether
     they are compared as sets (all-to-alls: ``ep``, ``cpa``) and their canonical forms; worked
     out once per ``fold_spec`` for all the translations it tries (a pure function of the job)."""
     out = []
@@ -138,16 +150,25 @@ def group_table(job: Job) -> list[tuple[np.ndarray, bool, set[tuple[int, ...]]]]
         if groups.shape[1] == 1:
             continue
         as_set = dim in ("ep", "cpa")       # all-to-alls: any order
-        out.append((groups, as_set, _canonical(groups, as_set)))
+        out.append((dim, groups, as_set, _canonical(groups, as_set)))
     return out
 
 
-def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None) -> bool:
+def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None,
+                 loose: set[str] | None = None) -> bool:
     """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?
-    ``table``: ``group_table(job)`` when the caller has it."""
-    for groups, as_set, canon in (group_table(job) if table is None else table):
-        if _canonical(perm[groups], as_set) != canon:
+    ``table``: ``group_table(job)`` when the caller has it. ``loose``: a set where a ring
+    mapped onto groups as a set only is accepted, its dimension added to ``loose``."""
+    found = []
+    for dim, groups, as_set, canon in (group_table(job) if table is None else table):
+        if _canonical(perm[groups], as_set) == canon:
+            continue
+        if loose is None or as_set or \
+                _canonical(perm[groups], True) != _canonical(groups, True):
             return False
+        found.append(dim)
+    if loose is not None:
+        loose.update(found)
     return True
 
 
@@ -161,19 +182,23 @@ def _maps_gpus(perm: np.ndarray, G: int) -> bool:
     return bool(np.array_equal(node_map[node], pn) and np.array_equal(local_map[local], pl))
 
 
-def fold_spec(job: Job, fold: bool = True) -> FoldSpec:
-    """The translation steps, the representatives and the reason for anything not folded."""
+def fold_spec(job: Job, fold: bool = True, strict: bool = False) -> FoldSpec:
+    """The translation steps, the representatives and the reason for anything not folded.
+    ``strict``: only translations that keep every ring's order (``simulator.fold_rings``:
+    without it a ring group mapped onto a group as a set is accepted where its flows are an
+    equitable partition, else the fold is worked out again strictly)."""
     size, stride = _sizes_strides(job)
     n = placement.world_size(job.plan)
     G = job.cluster.gpus_per_node
     local_ok, node_ok, why = network_rules(job)
     steps = {d: size[d] for d in COORDS}
     notes = [] if fold else ["fold=False"]
+    loose: set[str] | None = None if strict else set()  # rings kept as sets only
     if fold:
         table: list = []        # group_table(job), built at the first translation tried
         for d in COORDS:
             steps[d] = _step(size[d], stride[d], G, local_ok, node_ok)
-            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table):
+            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table, loose):
                 steps[d] = _next_divisor(size[d], steps[d])
             if size[d] > 1:
                 what = "not folded" if steps[d] == size[d] else \
@@ -185,21 +210,28 @@ def fold_spec(job: Job, fold: bool = True) -> FoldSpec:
     for d in COORDS:
         c = (rep_of // stride[d]) % size[d]
         rep_of = rep_of - (c - c % steps[d]) * stride[d]
+    if loose and not equitable(job, rep_of, sorted(loose)):
+        return fold_spec(job, fold, strict=True)
+    if loose:
+        notes.append(f"{', '.join(sorted(loose))} rings folded as sets (equitable flows)")
     reps = tuple(int(r) for r in np.unique(rep_of))
     factor = n / len(reps)
     head = f"{len(reps)} of {n} ranks simulated (x{factor:g})"
     return FoldSpec(steps, reps, rep_of, "; ".join([head] + notes))
 
 
-def _valid(job: Job, dim: str, k: int, G: int, table: list | None = None) -> bool:
+def _valid(job: Job, dim: str, k: int, G: int, table: list | None = None,
+           loose: set[str] | None = None) -> bool:
     """Does moving coordinate ``dim`` by ``k`` map GPUs and groups onto themselves?
-    ``table``: a list ``group_table(job)`` fills (kept by the caller for its next call)."""
+    ``table``: a list ``group_table(job)`` fills (kept by the caller for its next call).
+    ``loose``: None keeps every ring's order; a set accepts a ring group mapped onto a group
+    as a set only, and collects its dimension (``simulator.fold_rings`` decides)."""
     perm = _translate(job, dim, k)
     if not _maps_gpus(perm, G):
         return False
     if table is not None and not table:
         table.append(group_table(job))
-    return _maps_groups(job, perm, None if table is None else table[0])
+    return _maps_groups(job, perm, None if table is None else table[0], loose)
 
 
 def _next_divisor(n: int, k: int) -> int:
@@ -219,15 +251,6 @@ def make_link_map(job: Job, rep_of: np.ndarray):
     rail_tree = cl.inter_node_topology in ("rail_fat_tree", "rail_only")
     rep = rep_of.tolist()
 
-    def owner(u, v) -> int | None:
-        for x in (u, v):
-            if not isinstance(x, tuple):
-                return int(x)
-        for x in (u, v):
-            if x[0] == "nic":
-                return x[1] * G + x[2]
-        return None
-
     def image(x, o: int):
         if not isinstance(x, tuple):
             return o
@@ -239,7 +262,7 @@ def make_link_map(job: Job, rep_of: np.ndarray):
         return ("leaf", local % R if rail_tree else 0, node // per, *x[3:])   # x[3]: plane
 
     def map_hop(u, v) -> tuple | None:
-        o = owner(u, v)
+        o = hop_owner(u, v, G)
         if o is None:
             return None
         r = rep[o]
@@ -260,6 +283,19 @@ def make_link_map(job: Job, rep_of: np.ndarray):
         return out
 
     return link_map
+
+
+def hop_owner(u, v, G: int) -> int | None:
+    """The GPU that owns the hop ``u -> v`` of a route (``G`` GPUs a node): its GPU end, else
+    the GPU of its NIC end (NIC ``i`` of node ``n``: GPU ``n*G + i``), else None (leaf <->
+    spine, never binding: dropped by folding)."""
+    for x in (u, v):
+        if not isinstance(x, tuple):
+            return int(x)
+    for x in (u, v):
+        if x[0] == "nic":
+            return x[1] * G + x[2]
+    return None
 
 
 def graph_rails_count(job: Job) -> int:

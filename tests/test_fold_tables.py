@@ -32,8 +32,8 @@ def test_group_table_is_the_placement_groups(i):
     table = group_table(job)
     want = [d for d in GROUP_DIMS if len(placement.groups(job.plan, d)[0]) > 1]
     assert len(table) == len(want)
-    for (rows, as_set, canon), d in zip(table, want):
-        assert rows.tolist() == placement.groups(job.plan, d)
+    for (dim, rows, as_set, canon), d in zip(table, want):
+        assert dim == d and rows.tolist() == placement.groups(job.plan, d)
         assert as_set == (d in ("ep", "cpa"))
         assert canon == {tuple(sorted(g)) if as_set else tuple(g[g.index(min(g)):] +
                                                                 g[:g.index(min(g))])

@@ -1,0 +1,138 @@
+"""Folding context parallelism with data parallelism (``simulator.fold_rings``): the dpcp ring
+kept as a set where its flows are an equitable partition; the folded run equals the unfolded
+one bit for bit (records and metrics) for every K/V exchange; the route rule the proof reads;
+the fallback where the partition is not equitable."""
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+
+import numpy as np
+import pytest
+
+from simulator.fold import fold_spec, hop_owner
+from simulator.fold_rings import equitable, ring_flows
+from simulator.simulate import graph_of, simulate
+from strategies.job import make_job
+from strategies.job_text import job_from_text
+from strategies.plan.parse import parse_plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+from topologies.graph import rails
+from topologies.routing import relays, route
+
+H800 = cluster_preset("hgx-h800", 4)
+CLUSTERS = {"h800x4": H800,
+            "spine": replace(H800, nodes_per_leaf=1),      # every route between nodes: a spine
+            "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
+                                inter_node_topology="fat_tree"),
+            "rail_only": replace(cluster_preset("dgx-h100", 2), inter_node_topology="rail_only")}
+FIGURES = ("step_time_s", "engine_end_s", "breakdown_s", "exposed_comm_s", "overlapped_comm_s",
+           "bubble_fraction", "bubble_fraction_by_stage", "idle_fraction_by_stage",
+           "critical_rank", "peak_activation_bytes")
+
+
+def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
+    return make_job(model_preset(model), CLUSTERS[cluster], parse_plan(plan),
+                    framework=framework)
+
+
+CASES = [  # (plan, cluster, framework): each K/V exchange with dp > 1, cp across and in nodes
+    ("tp=2,pp=2,dp=2,cp=4,mbs=1,gbs=16,zero=1", "h800x4", None),                    # p2p ring
+    ("tp=2,pp=2,dp=2,cp=4,mbs=1,gbs=16,cp_comm=a2a", "h800x4", None),
+    ("tp=1,pp=4,dp=2,cp=4,mbs=1,gbs=16,zero=1,schedule=interleaved,vpp=2,"
+     "cp_comm=a2a+p2p,hierarchical_cp=2", "h800x4", "nemo"),
+    ("tp=4,pp=1,dp=2,cp=4,mbs=1,gbs=16,zero=1,cp_comm=all_gather,recompute=full",
+     "spine", None),
+    ("tp=2,pp=1,dp=4,cp=4,mbs=1,gbs=16", "h800x4", "jax-xla"),                         # all-gather
+    ("tp=2,pp=2,dp=2,cp=4,mbs=1,gbs=16", "h800x4", "torchtitan"),                     # torch ring
+    ("tp=2,pp=1,dp=4,cp=4,mbs=1,gbs=16,zero=3,dp_shard=2", "h800x4", None),          # + dprep
+    ("tp=4,pp=2,dp=2,cp=2,mbs=1,gbs=16,zero=1", "fat_tree", None),
+]
+
+
+@pytest.mark.parametrize("plan,cluster,framework", CASES)
+def test_cp_with_dp_folds_bit_for_bit(plan, cluster, framework):
+    job = _job(plan, cluster, framework)
+    spec = fold_spec(job)
+    assert spec.steps["cp"] < job.plan.cp and "dpcp" in spec.note
+    assert fold_spec(job, strict=True).steps["cp"] == job.plan.cp     # the translation alone
+    folded, full = simulate(job), simulate(job, fold=False)
+    assert folded.simulated_ranks == list(spec.reps) and len(spec.reps) < len(full.simulated_ranks)
+    # the same records (ranks that finish at one instant are listed in event order)
+    mine = set(folded.simulated_ranks)
+    assert sorted(folded.records) == sorted(r for r in full.records if r.rank in mine)
+    # every rank runs its representative's timeline
+    by: dict[int, list] = {}
+    for r in full.records:
+        by.setdefault(r.rank, []).append(r._replace(rank=0, peer=0))
+    for rep, ranks in folded.rank_map.items():
+        assert all(sorted(by[q]) == sorted(by[rep]) for q in ranks)
+    for k in FIGURES:
+        assert folded.metrics[k] == full.metrics[k], k
+    for k in ("activation_memory", "rank_ends_s"):
+        assert folded.metrics[k] == {r: full.metrics[k][r] for r in folded.simulated_ranks}
+
+
+def test_not_equitable_falls_back_to_ring_order():
+    """tp2 cp2 dp4 on 4 nodes: dp folds by whole nodes only (dp ranks 0 and 1 share a node),
+    and the dpcp ring's intra-node successor of cp rank 1 is the next dp rank, so a cp
+    translation would send flows of one class into two orbits (E1 fails): cp stays unfolded,
+    as the strict analysis has it."""
+    job = _job("tp=2,pp=2,dp=4,cp=2,mbs=1,gbs=16,schedule=interleaved,vpp=2")
+    spec, strict = fold_spec(job), fold_spec(job, strict=True)
+    assert spec.steps == strict.steps == {"tp": 1, "cp": 2, "dp": 2}
+    assert spec.note == strict.note and "rings" not in spec.note
+    tp, cp, dp, per = 2, 2, 4, 16
+    r = np.arange(32)
+    d, stage = r // (tp * cp) % dp, r // per
+    loose = stage * per + (d % 2) * tp * cp           # tp and cp moved by 1, dp by 2
+    assert not equitable(job, loose, ["dpcp"])
+    assert equitable(job, strict.rep_of, ["dpcp", "edp"])
+    assert equitable(job, np.arange(32), ["dpcp"])    # nothing folded: always equitable
+
+
+def test_ring_flows_are_the_engines_phases():
+    """Striped across nodes (two dpcp members a node): each member sends one flow inside its
+    node and one to the next node, in the order placement gives the ring."""
+    job = _job("tp=4,pp=1,dp=2,cp=4,mbs=1,gbs=8")
+    flows = ring_flows(job, "dpcp")
+    assert flows.shape == (64, 2)
+    assert {(0, 4), (0, 12), (4, 0), (4, 8), (28, 24), (28, 0)} <= set(map(tuple, flows.tolist()))
+
+
+@pytest.mark.parametrize("name", ["h800x4", "spine", "fat_tree", "rail_only"])
+def test_routes_are_owned_by_source_relay_destination(name):
+    """The route rule the proof reads: every hop folding keeps is owned (``hop_owner``) by the
+    flow's source, its relay (the source node's GPU on the destination's rail, where
+    ``routing.relays`` says so) or its destination, and which hops each owns depends only on
+    whether the flow stays in a node and whether it relays."""
+    cl = CLUSTERS[name]
+    graph, G = graph_of(cl), cl.gpus_per_node
+    shapes: dict[tuple, set] = {}
+    for a, b in product(range(cl.num_gpus), repeat=2):
+        if a == b:
+            continue
+        intra = a // G == b // G
+        relay = not intra and bool(relays(cl.inter_node_topology, rails(cl), a % G, b % G))
+        who = {a: "src", b: "dst", **({a // G * G + b % G: "relay"} if relay else {})}
+        path = route(graph, a, b)
+        shape = []
+        for u, v in zip(path, path[1:]):
+            o = hop_owner(u, v, G)
+            if o is not None:
+                assert o in who, (a, b, u, v)
+                shape.append((who[o], *(x[0] if isinstance(x, tuple) else "gpu" for x in (u, v))))
+        shapes.setdefault((intra, relay), set()).add(tuple(shape))
+    assert all(len(s) == 1 for s in shapes.values()), shapes
+
+
+def test_benchmark_shape_folds_to_the_stages():
+    """gpt-530b tp8 pp8 dp8 cp4 on 256 HGX H800 nodes (a plan ``search`` simulates): one
+    representative per stage, where before the cp ranks were all simulated (32 of 2,048)."""
+    job = job_from_text("gpt-530b", "hgx-h800:256",
+                        "tp=8,pp=8,dp=8,cp=4,mbs=2,gbs=1536,schedule=interleaved,vpp=7,sp=true,"
+                        "zero=1,first_stage_layers=14,last_stage_layers=7")
+    spec = fold_spec(job)
+    assert len(spec.reps) == 8 and spec.steps == {"tp": 1, "cp": 1, "dp": 1}
+    assert len(fold_spec(job, strict=True).reps) == 32
