@@ -57,6 +57,7 @@ from typing import Iterable
 
 import numpy as np
 
+from simulator.program.compiler import stats_groups
 from strategies import placement
 from strategies.collectives import algorithm_for, phases_of
 from strategies.job import Job
@@ -65,13 +66,15 @@ from topologies.routing import relays
 
 
 def ring_flows(job: Job, dim: str) -> np.ndarray:
-    """``(src, dst)`` rows of every flow of the ring collectives over the ``dim`` groups (the
-    phases the engine runs, ``strategies.collectives.phases_of``; the flows do not depend on
-    the kind or the bytes)."""
+    """``(src, dst)`` rows of every flow of the ring collectives over the ``dim`` groups
+    (``stats``: the gradient norm's, ``simulator.program.compiler.stats_groups``; the phases
+    the engine runs, ``strategies.collectives.phases_of``; the flows do not depend on the kind
+    or the bytes)."""
     G = job.cluster.gpus_per_node
     node_of = G.__rfloordiv__           # rank -> its node (r // G)
     rows: list[tuple[int, int]] = []
-    for g in placement.groups(job.plan, dim):
+    groups = stats_groups(job.plan) if dim == "stats" else placement.groups(job.plan, dim)
+    for g in groups:
         if len(g) > 1:
             for ph in phases_of(algorithm_for("allreduce", g, G), "allreduce", g, 1.0, node_of):
                 rows += ph.flows
@@ -84,16 +87,25 @@ def equitable(job: Job, rep_of: np.ndarray, dims: Iterable[str]) -> bool:
     return all(_equitable_flows(job, rep_of, ring_flows(job, d)) for d in dims)
 
 
-def _equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
-    """(E1) and (E2) for one dimension's ring flows (``(src, dst)`` rows)."""
-    if not len(flows):
-        return True
-    G, n = job.cluster.gpus_per_node, rep_of.size
+def flow_roles(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(src, dst, intra, relay, relay GPU)`` arrays of ``flows`` (``(src, dst)`` rows):
+    whether each stays in a node, whether it relays through the source node's GPU on the
+    destination's rail (``topologies.routing.relays``) and that GPU (the source where it
+    does not relay: unused)."""
+    G = job.cluster.gpus_per_node
     a, b = flows[:, 0], flows[:, 1]
     intra = a // G == b // G
     relay = ~intra & np.asarray(relays(job.cluster.inter_node_topology, graph_rails(job.cluster),
                                        a % G, b % G), dtype=bool)
-    r = np.where(relay, a // G * G + b % G, a)        # (a where it does not relay: unused)
+    return a, b, intra, relay, np.where(relay, a // G * G + b % G, a)
+
+
+def _equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
+    """(E1) and (E2) for one dimension's ring flows (``(src, dst)`` rows)."""
+    if not len(flows):
+        return True
+    n = rep_of.size
+    a, b, intra, relay, r = flow_roles(job, flows)
     # a flow's class: its source's orbit, whether it stays in a node, whether it relays
     _, cls = np.unique(rep_of[a] * 4 + intra * 2 + relay, return_inverse=True)
     cls = cls.ravel()

@@ -12,11 +12,12 @@ import pytest
 
 from simulator.fold import fold_spec, hop_owner
 from simulator.fold_rings import equitable, ring_flows
-from simulator.simulate import graph_of, simulate
+from simulator.simulate import graph_of
 from strategies.job import make_job
 from strategies.job_text import job_from_text
 from strategies.plan.parse import parse_plan
 from strategies.presets import model_preset
+from tests.fold_checks import assert_folded_is_full
 from topologies.cluster import cluster_preset
 from topologies.graph import rails
 from topologies.routing import relays, route
@@ -27,9 +28,6 @@ CLUSTERS = {"h800x4": H800,
             "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
                                 inter_node_topology="fat_tree"),
             "rail_only": replace(cluster_preset("dgx-h100", 2), inter_node_topology="rail_only")}
-FIGURES = ("step_time_s", "engine_end_s", "breakdown_s", "exposed_comm_s", "overlapped_comm_s",
-           "bubble_fraction", "bubble_fraction_by_stage", "idle_fraction_by_stage",
-           "critical_rank", "peak_activation_bytes")
 
 
 def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
@@ -57,21 +55,7 @@ def test_cp_with_dp_folds_bit_for_bit(plan, cluster, framework):
     spec = fold_spec(job)
     assert spec.steps["cp"] < job.plan.cp and "dpcp" in spec.note
     assert fold_spec(job, strict=True).steps["cp"] == job.plan.cp     # the translation alone
-    folded, full = simulate(job), simulate(job, fold=False)
-    assert folded.simulated_ranks == list(spec.reps) and len(spec.reps) < len(full.simulated_ranks)
-    # the same records (ranks that finish at one instant are listed in event order)
-    mine = set(folded.simulated_ranks)
-    assert sorted(folded.records) == sorted(r for r in full.records if r.rank in mine)
-    # every rank runs its representative's timeline
-    by: dict[int, list] = {}
-    for r in full.records:
-        by.setdefault(r.rank, []).append(r._replace(rank=0, peer=0))
-    for rep, ranks in folded.rank_map.items():
-        assert all(sorted(by[q]) == sorted(by[rep]) for q in ranks)
-    for k in FIGURES:
-        assert folded.metrics[k] == full.metrics[k], k
-    for k in ("activation_memory", "rank_ends_s"):
-        assert folded.metrics[k] == {r: full.metrics[k][r] for r in folded.simulated_ranks}
+    assert_folded_is_full(job, spec)
 
 
 def test_not_equitable_falls_back_to_ring_order():

@@ -65,9 +65,14 @@ class CollectiveRunner:
     closed form (decided by the engine from every channel's links)."""
 
     def __init__(self, net: NetworkBackend, issuers: set, node_of: Callable,
-                 exclusive: Callable[[Collective], bool], free_comm: bool = False) -> None:
+                 exclusive: Callable[[Collective], bool], free_comm: bool = False,
+                 watch: tuple | None = None) -> None:
         self.net, self.env, self.issuers = net, net.env, issuers
         self.node_of, self.exclusive, self.free_comm = node_of, exclusive, free_comm
+        # the group whose flows folding needs alone on a shared network (``WatchedRun``;
+        # ``simulator.fold_stats``) and whether that failed
+        self.watch = watch if getattr(net, "shares_links", False) else None
+        self.breach = False
         self._plans: dict = {}
         self._solo: dict = {}
         self._links: dict = {}
@@ -104,9 +109,13 @@ class CollectiveRunner:
         if hit is None:                 # (closed form or None, the phases, their block starts):
             closed = self._closed_form(op)      # one look-up a call
             phases = self.phases(op)
+            watched = self.watch is not None and op.group == self.watch
+            if watched and closed is not None:  # timed alone in closed form: not the argument
+                self.breach = True
             hit = self._closed[sig] = (closed, phases,
-                                       None if closed is not None else self._blocks(op, phases))
-        closed, phases, blocks = hit
+                                       None if closed is not None else self._blocks(op, phases),
+                                       WatchedRun if watched else CollectiveRun)
+        closed, phases, blocks, run = hit
         if closed is not None:
             total, loads, phases = closed
             if self._count_bytes:
@@ -129,7 +138,10 @@ class CollectiveRunner:
         if not phases:
             then(None)
             return
-        CollectiveRun(self.net, op, phases, then, blocks)
+        if run is WatchedRun:
+            WatchedRun(self.net, op, phases, then, blocks, self)
+        else:
+            CollectiveRun(self.net, op, phases, then, blocks)
 
     def _blocks(self, op: Collective, phases: list[RunPhase]) -> list | None:
         """Per phase, ``(FlowBlock, bytes of each flow)`` when the flows backend can start all
@@ -308,3 +320,32 @@ class CollectiveRun:
         self.counting = True
         env = self.env
         env.lanes[NORMAL].append((next(env._eid), self))
+
+
+class WatchedRun(CollectiveRun):
+    """A ``CollectiveRun`` whose flows folding needs alone on the network (the gradient
+    norm's ring, ``simulator.fold_stats``): it sets its ``runner``'s ``breach`` when another
+    flow is live as its flows start, or starts before the last of them has ended (the
+    network's ``live_flows`` and ``flows_started``)."""
+
+    __slots__ = ("runner", "mark")
+
+    def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
+                 then: Callable[[object], None], blocks: list | None,
+                 runner: CollectiveRunner) -> None:
+        self.runner, self.mark = runner, -1
+        super().__init__(net, op, phases, then, blocks)
+
+    def _step(self, _entry: object = None) -> None:
+        k, live = self.k, self.net.live_flows()
+        self.mark = -1                  # (flows that move nothing end inside the call)
+        super()._step(_entry)
+        if self.k > k:                  # a phase's flows started
+            if live:
+                self.runner.breach = True
+            self.mark = self.net.flows_started
+
+    def _counted_next(self) -> None:
+        if self.mark >= 0 and self.net.flows_started != self.mark:
+            self.runner.breach = True
+        super()._counted_next()
