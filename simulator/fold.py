@@ -47,7 +47,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.job import Job
-from simulator.fold_rings import equitable
+from simulator.fold_rings import equitable, equitable_flows, ring_flows
 from simulator.fold_stats import STATS, alone_group, stats_checked
 from simulator.program.compiler import stats_groups
 from topologies.graph import rails as graph_rails
@@ -233,8 +233,9 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     if rings and not equitable(job, rep_of, rings):
         return fold_spec(job, fold, strict=True, stats=stats)
     alone = None
-    if loose and STATS in loose and not equitable(job, rep_of, [STATS]):
-        alone = alone_group(job, rep_of, node_ok) if stats == "alone" else None
+    flows = ring_flows(job, STATS) if loose and STATS in loose else None
+    if flows is not None and not equitable_flows(job, rep_of, flows):
+        alone = alone_group(job, rep_of, node_ok, flows) if stats == "alone" else None
         if alone is None:
             return fold_spec(job, fold, strict, STATS_RULES[STATS_RULES.index(stats) + 1])
     if rings:

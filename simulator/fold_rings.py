@@ -84,7 +84,7 @@ def ring_flows(job: Job, dim: str) -> np.ndarray:
 def equitable(job: Job, rep_of: np.ndarray, dims: Iterable[str]) -> bool:
     """Do the ring flows of every ``dims`` group satisfy (E1) and (E2) of the module doc for
     the orbits ``rep_of`` (rank -> its representative)?"""
-    return all(_equitable_flows(job, rep_of, ring_flows(job, d)) for d in dims)
+    return all(equitable_flows(job, rep_of, ring_flows(job, d)) for d in dims)
 
 
 def flow_roles(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -100,8 +100,9 @@ def flow_roles(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
     return a, b, intra, relay, np.where(relay, a // G * G + b % G, a)
 
 
-def _equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
-    """(E1) and (E2) for one dimension's ring flows (``(src, dst)`` rows)."""
+def equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
+    """(E1) and (E2) of the module doc for one dimension's ring flows (``(src, dst)`` rows)
+    and the orbits ``rep_of``."""
     if not len(flows):
         return True
     n = rep_of.size

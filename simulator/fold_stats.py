@@ -60,14 +60,17 @@ def stats_checked(job: Job) -> bool:
     return barrier_on(job.framework.step) and len(stats_groups(job.plan)[0]) > 1
 
 
-def alone_group(job: Job, rep_of: np.ndarray, identical_nodes: bool) -> tuple[int, ...] | None:
+def alone_group(job: Job, rep_of: np.ndarray, identical_nodes: bool,
+                flows: np.ndarray | None = None) -> tuple[int, ...] | None:
     """The stats group whose folding rests on its flows running alone (the module doc), where
     it is the only one, the nodes are identical (``identical_nodes``) and (S1) and (S2) hold
-    for the orbits ``rep_of`` (rank -> its representative); else None."""
+    for the orbits ``rep_of`` (rank -> its representative); else None. ``flows``: its ring's
+    flows (``ring_flows(job, "stats")``) where the caller has them."""
     groups = stats_groups(job.plan)
     if len(groups) != 1 or not identical_nodes:
         return None
-    return groups[0] if alone_counts_hold(job, rep_of, ring_flows(job, STATS)) else None
+    flows = ring_flows(job, STATS) if flows is None else flows
+    return groups[0] if alone_counts_hold(job, rep_of, flows) else None
 
 
 def alone_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
