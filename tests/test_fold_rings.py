@@ -120,3 +120,33 @@ def test_benchmark_shape_folds_to_the_stages():
     spec = fold_spec(job)
     assert len(spec.reps) == 8 and spec.steps == {"tp": 1, "cp": 1, "dp": 1}
     assert len(fold_spec(job, strict=True).reps) == 32
+
+
+MOE_TWINS = [  # (MoE model, dense model, plan): ep and cp together on four DGX H100 nodes
+    ("mixtral-8x7b", "llama3-8b", "tp=2,pp=2,dp=2,cp=4,ep=4,mbs=1,gbs=8,zero=1"),
+    ("qwen3-30b-a3b", "llama3-8b", "tp=2,pp=1,dp=4,cp=4,ep=4,mbs=1,gbs=8,zero=1"),
+    ("mixtral-8x7b", "llama3-8b", "tp=2,pp=2,dp=4,cp=2,ep=4,mbs=1,gbs=16,zero=1"),
+    ("qwen3-30b-a3b", "llama3-8b", "tp=1,pp=2,dp=4,cp=4,ep=4,mbs=1,gbs=16,zero=1"),
+]
+
+
+@pytest.mark.parametrize("moe,dense,plan", MOE_TWINS)
+def test_moe_with_cp_folds_as_its_dense_twin(moe, dense, plan):
+    """The expert groups do not keep cp from folding: an MoE plan with ep and cp folds as
+    the same plan of a dense model (cp unfolded in the last two: the dpcp ring's (E1) fails,
+    as in ``test_not_equitable_falls_back_to_ring_order``), and bit for bit."""
+    job = job_from_text(moe, "dgx-h100:4", plan)
+    spec = fold_spec(job)
+    assert spec.steps == fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace(
+        "ep=4,", ""))).steps
+    assert_folded_is_full(job, spec)
+
+
+def test_expert_groups_across_cp_keep_a_translation_from_folding_it():
+    """ep=2 inside cp=4 (each expert group two neighbouring cp ranks): moving cp by 1 maps an
+    expert group onto no group, so cp folds by 2 only, where its dense twin folds by 1."""
+    plan = "tp=2,pp=2,dp=2,cp=4,ep=2,mbs=1,gbs=8,zero=1"
+    job = job_from_text("mixtral-8x7b", "dgx-h100:4", plan)
+    assert fold_spec(job).steps["cp"] == 2
+    assert fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", ""))
+                     ).steps["cp"] == 1
