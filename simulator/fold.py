@@ -31,6 +31,11 @@ class, as many flows as its representative link, which is all the argument above
 (E1) and (E2) on the representatives it found, and falls back to order-keeping translations
 when they fail (``strict=True`` asks for those alone).
 
+**The gradient norm's ring** (group ``stats``) is checked like the others; where neither its
+order nor its flows' orbits are kept (the world's ring with ``pp > 1`` across nodes) the fold
+rests on its flows running alone, which ``simulator.fold_stats`` proves and the engine checks
+(``FoldSpec.alone``; ``simulate`` runs again folded less if it fails).
+
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)
