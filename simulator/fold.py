@@ -53,7 +53,7 @@ import numpy as np
 from strategies import placement
 from strategies.job import Job
 from simulator.fold_rings import equitable, equitable_flows, ring_flows
-from simulator.fold_stats import STATS, alone_group, stats_checked
+from simulator.fold_stats import STATS, alone_groups, stats_checked
 from simulator.program.compiler import stats_groups
 from topologies.graph import rails as graph_rails
 
@@ -70,9 +70,9 @@ class FoldSpec:
     reps: tuple[int, ...]
     rep_of: np.ndarray
     note: str
-    #: the gradient norm's group whose folding rests on its flows running alone
+    #: the gradient norm's groups whose folding rests on their flows running alone
     #: (``simulator.fold_stats``; the engine checks it), else None
-    alone: tuple[int, ...] | None = None
+    alone: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def folded(self) -> bool:
@@ -203,8 +203,8 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     (``simulator.fold_rings``: without it a ring group mapped onto a group as a set is
     accepted where its flows are an equitable partition, else the fold is worked out again
     strictly). ``stats``, the gradient norm's ring (``simulator.fold_stats``): ``alone``
-    accepts it as a set where its flows are an equitable partition or, the world's ring, run
-    alone (``FoldSpec.alone``: the engine checks), ``equitable`` only the first, ``order``
+    accepts it as a set where its flows are an equitable partition or run alone
+    (``FoldSpec.alone``: the engine checks), ``equitable`` only the first, ``order``
     neither; each falls back to the next."""
     if stats not in STATS_RULES:
         raise ValueError(f"stats={stats!r}: must be one of {STATS_RULES}")
@@ -240,7 +240,7 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     alone = None
     flows = ring_flows(job, STATS) if loose and STATS in loose else None
     if flows is not None and not equitable_flows(job, rep_of, flows):
-        alone = alone_group(job, rep_of, node_ok, flows) if stats == "alone" else None
+        alone = alone_groups(job, rep_of, node_ok, flows) if stats == "alone" else None
         if alone is None:
             return fold_spec(job, fold, strict, STATS_RULES[STATS_RULES.index(stats) + 1])
     if rings:

@@ -11,11 +11,13 @@ many plans, e.g. one stage a node or the model-parallel groups. With the distrib
 optimizer and ``pp > 1`` it does neither where a stage spans several nodes, or several stages
 share a node: the world's ring (striped over the nodes, ``strategies.collectives.ring``) goes
 from the last node of stage ``s`` to the first of stage ``s+1``, and the GPUs of one orbit
-(one stage) send into two destination orbits.
+(one stage) send into two destination orbits; so does a model-parallel ring whose stages
+share a node when tp is folded (``0 -> 1 -> 4 -> 5``: moving tp by one sends ``1 -> 4`` to
+``0 -> 5``).
 
 **Why folding it stays exact: it runs alone.** Its flows carry a few bytes (``NORM_BYTES``
-times the ring share) and start once every rank of the job has its gradients reduced, so in
-the plans seen nothing else is on the network while they run. Suppose so: from the instant
+times the ring share) and start once every rank of the group has its gradients reduced, so
+in the plans seen nothing else is on the network while they run. Suppose so: from the instant
 its flows start to the instant the last one ends, no other flow is live. Class its flows by
 *shape* (whether a flow stays in a node, whether it relays: its bytes and which of its
 owners' links it crosses depend only on that, ``fold_rings``) and the links by kind. If
@@ -35,12 +37,14 @@ is left is again a union of shapes. By (S2) the folded network's links carry the
 so it runs the same arithmetic and the same rates, bit for bit. The latency before the flows
 is the slowest hop's over all flows in both runs (``engine.collectives.plan_phases``), and the
 collective starts when the last member arrives, the same instant in both runs (every rank runs
-its representative's timeline up to then, ``simulator.fold``). The premise is checked, not
-assumed: the engine watches that group's collective (``engine.collectives.WatchedRun``) and
-``simulate`` runs the job again without this argument if another flow was live when its flows
-started or started before they ended (in the folded run; it holds there iff it holds in the
-full run, whose live flows at that instant are the images of the folded run's). Only a
-single group (the world) is covered: several groups could start at different instants.
+its representative's timeline up to then, ``simulator.fold``). With several groups (the
+model-parallel ones) the premise is that all of them start together: each real group is the
+image of one the folded run holds, whose members' representatives are its own members (both
+checked), so it starts when that one does. The premise is checked, not assumed: the engine
+watches the groups' collectives (``engine.collectives.WatchedRun``) and ``simulate`` runs the
+job again without this argument if their flows did not all start at one instant with no
+other flow live then, or another flow started before they ended (in the folded run; it then
+holds in the full run, whose live flows at each instant are images of the folded run's).
 """
 from __future__ import annotations
 
@@ -60,17 +64,21 @@ def stats_checked(job: Job) -> bool:
     return barrier_on(job.framework.step) and len(stats_groups(job.plan)[0]) > 1
 
 
-def alone_group(job: Job, rep_of: np.ndarray, identical_nodes: bool,
-                flows: np.ndarray | None = None) -> tuple[int, ...] | None:
-    """The stats group whose folding rests on its flows running alone (the module doc), where
-    it is the only one, the nodes are identical (``identical_nodes``) and (S1) and (S2) hold
-    for the orbits ``rep_of`` (rank -> its representative); else None. ``flows``: its ring's
-    flows (``ring_flows(job, "stats")``) where the caller has them."""
-    groups = stats_groups(job.plan)
-    if len(groups) != 1 or not identical_nodes:
+def alone_groups(job: Job, rep_of: np.ndarray, identical_nodes: bool,
+                 flows: np.ndarray | None = None) -> tuple[tuple[int, ...], ...] | None:
+    """The stats groups the folded run holds (those with a representative), whose folding
+    rests on their flows running alone (the module doc), where the nodes are identical
+    (``identical_nodes``), every member of such a group has its representative in it, and
+    (S1) and (S2) hold for the orbits ``rep_of`` (rank -> its representative); else None.
+    ``flows``: the groups' ring flows (``ring_flows(job, "stats")``) where the caller has
+    them."""
+    if not identical_nodes:
+        return None
+    held = tuple(g for g in stats_groups(job.plan) if np.any(rep_of[list(g)] == list(g)))
+    if any(not set(rep_of[list(g)].tolist()) <= set(g) for g in held):
         return None
     flows = ring_flows(job, STATS) if flows is None else flows
-    return groups[0] if alone_counts_hold(job, rep_of, flows) else None
+    return held if alone_counts_hold(job, rep_of, flows) else None
 
 
 def alone_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from simulator.engine import core as engine
 from simulator.engine.core import NotAlone
 from simulator.gc_pause import paused_gc
+from simulator.program.builder import NORM_LABEL
 from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
@@ -135,7 +136,7 @@ def _run(job: Job, spec: FoldSpec, granularity: str | None, network: str, free_c
     try:
         res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                          rank_map=spec.rank_map(), sm_of=sms_of(job, programs),
-                         watch=spec.alone)
+                         watch=spec.alone and [(g, NORM_LABEL) for g in spec.alone])
         res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
     finally:
         net.close()         # its reference cycles, else garbage for the collector

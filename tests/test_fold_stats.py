@@ -41,20 +41,23 @@ def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
                     framework=framework)
 
 
-ALONE = [  # the world's ring, pp > 1: a stage over two or four nodes, or stages sharing a node
+ALONE = [  # pp > 1: the world's ring, a stage over two or four nodes or stages sharing a node
     ("tp=4,pp=2,dp=4,mbs=1,gbs=16,zero=1", "h800x4"),
     ("tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,schedule=interleaved,vpp=2", "spine"),
     ("tp=2,pp=2,dp=4,cp=2,mbs=1,gbs=16,zero=1", "fat_tree"),
     ("tp=8,pp=2,dp=2,mbs=1,gbs=16,zero=1", "rail_only"),
     ("tp=2,pp=4,dp=1,mbs=1,gbs=8,zero=1", "h800x1"),
+    ("tp=2,pp=2,dp=2,mbs=1,gbs=16,zero=0", "h800x1"),       # model-parallel rings 0 1 4 5
 ]
 
 
 @pytest.mark.parametrize("plan,cluster", ALONE)
-def test_world_ring_across_stages_folds_bit_for_bit(plan, cluster):
+def test_rings_across_stages_fold_bit_for_bit(plan, cluster):
     job = _job(plan, cluster)
     spec = fold_spec(job)
-    assert spec.alone == tuple(range(job.cluster.num_gpus)) and "runs alone" in spec.note
+    world = tuple(range(job.cluster.num_gpus))
+    assert spec.alone == ((world,) if job.plan.zero else ((0, 1, 4, 5),))
+    assert "runs alone" in spec.note
     assert not equitable(job, spec.rep_of, ["stats"])      # the orbit argument fails here
     assert_folded_is_full(job, spec)
 
@@ -125,8 +128,9 @@ def _coll(i, group, nbytes, tag, deps=()):
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_engine_watches_the_ring(overlap):
-    """Hand-built: a ring all-reduce over 8 GPUs of a node, watched; another channel on the
-    same links after it (no breach) or a message beside it (``NotAlone``)."""
+    """Hand-built: a ring all-reduce over 8 GPUs of a node, watched (by group and label);
+    another all-reduce over the same group after it (not watched: no breach) or a message
+    beside it (``NotAlone``)."""
     cl = cluster_preset("dgx-a100", 1)
     net = SimNetwork(simpy.Environment(), build_graph(cl), route)
     group = tuple(range(8))
@@ -139,6 +143,6 @@ def test_engine_watches_the_ring(overlap):
         progs[1] = Program(1, 0, {**progs[1].streams,
                                   "pp-comm": (Recv(2, "pp-comm", 0, "x", "recv"),)})
         with pytest.raises(NotAlone):
-            run(progs, net=net, watch=group)
+            run(progs, net=net, watch=[(group, "allreduce 0")])
     else:
-        assert run(progs, net=net, watch=group).step_time_s > 0
+        assert run(progs, net=net, watch=[(group, "allreduce 0")]).step_time_s > 0

@@ -34,7 +34,7 @@ import time
 from collections import defaultdict, deque
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, Iterable
 
 import simpy
 from simpy.events import NORMAL
@@ -80,7 +80,8 @@ class Engine(Messaging):
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True,
-                 sm_of: dict[int, int] | None = None, watch: tuple | None = None) -> None:
+                 sm_of: dict[int, int] | None = None,
+                 watch: Iterable[tuple] | None = None) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
@@ -297,7 +298,8 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True,
-        sm_of: dict[int, int] | None = None, watch: tuple | None = None) -> SimResult:
+        sm_of: dict[int, int] | None = None,
+        watch: Iterable[tuple] | None = None) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
     The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
@@ -307,9 +309,9 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every
     transfer instant (test hook). ``sm_of``: each simulated rank's SM count, where the SMs
     collectives hold (``Collective.sms``) slow the compute beside them (``sm_hold``; None:
-    not charged). ``watch``: a collective group whose flows must run alone on a shared
-    network (``simulator.fold_stats``). Raises ``DeadlockError`` if ops are left waiting,
-    ``NotAlone`` (after the run) if ``watch``'s flows did not run alone.
+    not charged). ``watch``: ``(group, label)`` of collectives whose flows must run alone on
+    a shared network, started together (``simulator.fold_stats``). Raises ``DeadlockError``
+    if ops are left waiting, ``NotAlone`` (after the run) if ``watch``'s flows did not run so.
     """
     t0 = time.perf_counter()
     own = net is None                 # a network of its own, closed with the run
@@ -330,7 +332,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         if own:
             net.close()
     if breach:
-        raise NotAlone(f"the flows of the collective over {len(watch)} ranks did not run "
+        raise NotAlone(f"the flows of the {len(watch)} watched collectives did not run "
                        "alone on the network")
     end = max(map(_END, eng.records), default=0.0)
     n = num_ranks if num_ranks is not None else len(programs)
