@@ -1,9 +1,32 @@
-"""The check the folding tests share: the folded run equals the unfolded one bit for bit."""
+"""What the folding tests share: their clusters and jobs, and the check that the folded run
+equals the unfolded one bit for bit."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 from simulator.fold import FoldSpec
 from simulator.simulate import simulate
-from strategies.job import Job
+from strategies.job import Job, make_job
+from strategies.plan.parse import parse_plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+H800 = cluster_preset("hgx-h800", 4)
+CLUSTERS = {"h800x4": H800,
+            "h800x1": cluster_preset("hgx-h800", 1),
+            "spine": replace(H800, nodes_per_leaf=1),      # every route between nodes: a spine
+            "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
+                                inter_node_topology="fat_tree"),
+            "rail_only": replace(cluster_preset("dgx-h100", 2), inter_node_topology="rail_only"),
+            "rail_only4": replace(cluster_preset("dgx-h100", 4),
+                                  inter_node_topology="rail_only")}
+
+
+def fold_job(plan: str, cluster: str = "h800x4", framework: str | None = None,
+             model: str = "llama3-8b") -> Job:
+    """The job of ``model`` with ``plan`` (plan text) on ``CLUSTERS[cluster]``."""
+    return make_job(model_preset(model), CLUSTERS[cluster], parse_plan(plan),
+                    framework=framework)
 
 FIGURES = ("step_time_s", "engine_end_s", "breakdown_s", "exposed_comm_s", "overlapped_comm_s",
            "bubble_fraction", "bubble_fraction_by_stage", "idle_fraction_by_stage",

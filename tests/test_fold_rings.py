@@ -4,7 +4,6 @@ one bit for bit (records and metrics) for every K/V exchange; the route rule the
 the fallback where the partition is not equitable."""
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -13,26 +12,12 @@ import pytest
 from simulator.fold import fold_spec, hop_owner
 from simulator.fold_rings import equitable, ring_flows
 from simulator.simulate import graph_of
-from strategies.job import make_job
 from strategies.job_text import job_from_text
-from strategies.plan.parse import parse_plan
-from strategies.presets import model_preset
-from tests.fold_checks import assert_folded_is_full
-from topologies.cluster import cluster_preset
+from tests.fold_checks import CLUSTERS, assert_folded_is_full, fold_job
 from topologies.graph import rails
 from topologies.routing import relays, route
 
-H800 = cluster_preset("hgx-h800", 4)
-CLUSTERS = {"h800x4": H800,
-            "spine": replace(H800, nodes_per_leaf=1),      # every route between nodes: a spine
-            "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
-                                inter_node_topology="fat_tree"),
-            "rail_only": replace(cluster_preset("dgx-h100", 2), inter_node_topology="rail_only")}
-
-
-def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
-    return make_job(model_preset(model), CLUSTERS[cluster], parse_plan(plan),
-                    framework=framework)
+_job = fold_job
 
 
 CASES = [  # (plan, cluster, framework): each K/V exchange with dp > 1, cp across and in nodes

@@ -19,33 +19,19 @@ from simulator.network.cluster_net import SimNetwork
 from simulator.program.compiler import Layout, stats_groups
 from simulator.program.ops import Collective, Program, Recv, Send
 from simulator.simulate import simulate
-from strategies.job import make_job
-from strategies.plan.parse import parse_plan
-from strategies.presets import model_preset
-from tests.fold_checks import assert_folded_is_full
+from tests.fold_checks import assert_folded_is_full, fold_job
 from topologies.cluster import cluster_preset
 from topologies.graph import build_graph
 from topologies.routing import route
 
-H800 = cluster_preset("hgx-h800", 4)
-CLUSTERS = {"h800x4": H800,
-            "h800x1": cluster_preset("hgx-h800", 1),
-            "spine": replace(H800, nodes_per_leaf=1),
-            "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
-                                inter_node_topology="fat_tree"),
-            "rail_only": replace(cluster_preset("dgx-h100", 4), inter_node_topology="rail_only")}
-
-
-def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
-    return make_job(model_preset(model), CLUSTERS[cluster], parse_plan(plan),
-                    framework=framework)
+_job = fold_job
 
 
 ALONE = [  # pp > 1: the world's ring, a stage over two or four nodes or stages sharing a node
     ("tp=4,pp=2,dp=4,mbs=1,gbs=16,zero=1", "h800x4"),
     ("tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,schedule=interleaved,vpp=2", "spine"),
     ("tp=2,pp=2,dp=4,cp=2,mbs=1,gbs=16,zero=1", "fat_tree"),
-    ("tp=8,pp=2,dp=2,mbs=1,gbs=16,zero=1", "rail_only"),
+    ("tp=8,pp=2,dp=2,mbs=1,gbs=16,zero=1", "rail_only4"),
     ("tp=2,pp=4,dp=1,mbs=1,gbs=8,zero=1", "h800x1"),
     ("tp=2,pp=2,dp=2,mbs=1,gbs=16,zero=0", "h800x1"),       # model-parallel rings 0 1 4 5
 ]
