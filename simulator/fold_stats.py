@@ -7,7 +7,7 @@ rank with the distributed optimizer, else each model-parallel group
 (``simulator.program.compiler.stats_groups``). ``fold_spec`` checks it like the other groups
 (``group_table``). A translation of the tp, cp or dp coordinate maps it onto a group as a set,
 and keeps its ring order or its flows' orbits (``simulator.fold_rings``' (E1) and (E2)) in
-many plans, e.g. one stage a node or the model-parallel groups. With the distributed
+many plans (one stage a node; model-parallel groups across nodes). With the distributed
 optimizer and ``pp > 1`` it does neither where a stage spans several nodes, or several stages
 share a node: the world's ring (striped over the nodes, ``strategies.collectives.ring``) goes
 from the last node of stage ``s`` to the first of stage ``s+1``, and the GPUs of one orbit
@@ -44,7 +44,8 @@ checked), so it starts when that one does. The premise is checked, not assumed: 
 watches the groups' collectives (``engine.collectives.WatchedRun``) and ``simulate`` runs the
 job again without this argument if their flows did not all start at one instant with no
 other flow live then, or another flow started before they ended (in the folded run; it then
-holds in the full run, whose live flows at each instant are images of the folded run's).
+holds in the full run: up to then the runs agree, and each flow the full run starts or has
+live is an image of one the folded run starts or has live at the same instant).
 """
 from __future__ import annotations
 
