@@ -53,6 +53,7 @@ When (E1) or (E2) fails the fold falls back to translations that keep every ring
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
@@ -71,14 +72,22 @@ def ring_flows(job: Job, dim: str) -> np.ndarray:
     the engine runs, ``strategies.collectives.phases_of``; the flows do not depend on the kind
     or the bytes)."""
     G = job.cluster.gpus_per_node
-    node_of = G.__rfloordiv__           # rank -> its node (r // G)
-    rows: list[tuple[int, int]] = []
     groups = stats_groups(job.plan) if dim == "stats" else placement.groups(job.plan, dim)
-    for g in groups:
-        if len(g) > 1:
-            for ph in phases_of(algorithm_for("allreduce", g, G), "allreduce", g, 1.0, node_of):
-                rows += ph.flows
-    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+    parts = [group_flows(tuple(g), G) for g in groups if len(g) > 1]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+@lru_cache(maxsize=4096)
+def group_flows(group: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
+    """``(src, dst)`` rows of a ring all-reduce over ``group`` (ranks in ring order), every
+    phase's (read-only); a pure function of its arguments, kept: a search's plans share
+    groups (the world's, with the distributed optimizer, in every plan of one size)."""
+    node_of = gpus_per_node.__rfloordiv__           # rank -> its node (r // G)
+    rows = [f for ph in phases_of(algorithm_for("allreduce", group, gpus_per_node),
+                                  "allreduce", group, 1.0, node_of) for f in ph.flows]
+    out = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    out.flags.writeable = False
+    return out
 
 
 def equitable(job: Job, rep_of: np.ndarray, dims: Iterable[str]) -> bool:
