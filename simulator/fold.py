@@ -31,6 +31,11 @@ class, as many flows as its representative link, which is all the argument above
 (E1) and (E2) on the representatives it found, and falls back to order-keeping translations
 when they fail (``strict=True`` asks for those alone).
 
+**The gradient norm's ring** (group ``stats``) is checked like the others; where neither its
+order nor its flows' orbits are kept (the world's ring with ``pp > 1`` across nodes) the fold
+rests on its flows running alone, which ``simulator.fold_stats`` proves and the engine checks
+(``FoldSpec.alone``; ``simulate`` runs again folded less if it fails).
+
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)
@@ -47,7 +52,9 @@ import numpy as np
 
 from strategies import placement
 from strategies.job import Job
-from simulator.fold_rings import equitable
+from simulator.fold_rings import equitable, equitable_flows, ring_flows
+from simulator.fold_stats import STATS, alone_groups, stats_checked
+from simulator.program.compiler import stats_groups
 from topologies.graph import rails as graph_rails
 
 COORDS = ("tp", "cp", "dp")
@@ -56,12 +63,16 @@ COORDS = ("tp", "cp", "dp")
 @dataclass(frozen=True)
 class FoldSpec:
     """Result of the symmetry analysis. ``steps[x]`` is the translation step of coordinate x
-    (its size = not folded); ``rep_of[r]`` is rank r's representative."""
+    (its size = not folded); ``rep_of[r]`` is rank r's representative; ``alone``: see the
+    field."""
 
     steps: dict[str, int]
     reps: tuple[int, ...]
     rep_of: np.ndarray
     note: str
+    #: the gradient norm's groups whose folding rests on their flows running alone
+    #: (``simulator.fold_stats``; the engine checks it), else None
+    alone: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def folded(self) -> bool:
@@ -138,15 +149,18 @@ def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
 
 
 GROUP_DIMS = ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep", "cpa", "cpr")
+STATS_RULES = ("alone", "equitable", "order")     # ``fold_spec(stats=...)``, loosest first
 
 
 def group_table(job: Job) -> list[tuple[str, np.ndarray, bool, set[tuple[int, ...]]]]:
     """Each group dimension with more than one rank per group: its name, its groups (one row each), whether
     they are compared as sets (all-to-alls: ``ep``, ``cpa``) and their canonical forms; worked
-    out once per ``fold_spec`` for all the translations it tries (a pure function of the job)."""
+    out once per ``fold_spec`` for all the translations it tries (a pure function of the job).
+    The gradient norm's ring (``stats``) is among them where the programs hold it."""
     out = []
-    for dim in GROUP_DIMS:
-        groups = np.asarray(placement.groups(job.plan, dim))
+    for dim in GROUP_DIMS + ((STATS,) if stats_checked(job) else ()):
+        groups = np.asarray(stats_groups(job.plan) if dim == STATS
+                            else placement.groups(job.plan, dim))
         if groups.shape[1] == 1:
             continue
         as_set = dim in ("ep", "cpa")       # all-to-alls: any order
@@ -155,15 +169,16 @@ def group_table(job: Job) -> list[tuple[str, np.ndarray, bool, set[tuple[int, ..
 
 
 def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None,
-                 loose: set[str] | None = None) -> bool:
+                 loose: set[str] | None = None, firm: frozenset = frozenset()) -> bool:
     """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?
     ``table``: ``group_table(job)`` when the caller has it. ``loose``: a set where a ring
-    mapped onto groups as a set only is accepted, its dimension added to ``loose``."""
+    (not in ``firm``) mapped onto groups as a set only is accepted, its dimension added to
+    ``loose``."""
     found = []
     for dim, groups, as_set, canon in (group_table(job) if table is None else table):
         if _canonical(perm[groups], as_set) == canon:
             continue
-        if loose is None or as_set or \
+        if loose is None or as_set or dim in firm or \
                 _canonical(perm[groups], True) != _canonical(groups, True):
             return False
         found.append(dim)
@@ -182,23 +197,32 @@ def _maps_gpus(perm: np.ndarray, G: int) -> bool:
     return bool(np.array_equal(node_map[node], pn) and np.array_equal(local_map[local], pl))
 
 
-def fold_spec(job: Job, fold: bool = True, strict: bool = False) -> FoldSpec:
+def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "alone") -> FoldSpec:
     """The translation steps, the representatives and the reason for anything not folded.
-    ``strict``: only translations that keep every ring's order (``simulator.fold_rings``:
-    without it a ring group mapped onto a group as a set is accepted where its flows are an
-    equitable partition, else the fold is worked out again strictly)."""
+    ``strict``: only translations that keep every ring's order, the gradient norm's aside
+    (``simulator.fold_rings``: without it a ring group mapped onto a group as a set is
+    accepted where its flows are an equitable partition, else the fold is worked out again
+    strictly). ``stats``, the gradient norm's ring (``simulator.fold_stats``): ``alone``
+    accepts it as a set where its flows are an equitable partition or run alone
+    (``FoldSpec.alone``: the engine checks), ``equitable`` only the first, ``order``
+    neither; each falls back to the next."""
+    if stats not in STATS_RULES:
+        raise ValueError(f"stats={stats!r}: must be one of {STATS_RULES}")
     size, stride = _sizes_strides(job)
     n = placement.world_size(job.plan)
     G = job.cluster.gpus_per_node
     local_ok, node_ok, why = network_rules(job)
     steps = {d: size[d] for d in COORDS}
     notes = [] if fold else ["fold=False"]
-    loose: set[str] | None = None if strict else set()  # rings kept as sets only
+    # ring dimensions kept as sets only (None: none may be); ``firm``: those that may not
+    loose: set[str] | None = set() if not strict or stats != "order" else None
+    firm = frozenset({STATS} if stats == "order" else ()) | frozenset(
+        GROUP_DIMS if strict else ())
     if fold:
         table: list = []        # group_table(job), built at the first translation tried
         for d in COORDS:
             steps[d] = _step(size[d], stride[d], G, local_ok, node_ok)
-            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table, loose):
+            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table, loose, firm):
                 steps[d] = _next_divisor(size[d], steps[d])
             if size[d] > 1:
                 what = "not folded" if steps[d] == size[d] else \
@@ -210,28 +234,39 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False) -> FoldSpec:
     for d in COORDS:
         c = (rep_of // stride[d]) % size[d]
         rep_of = rep_of - (c - c % steps[d]) * stride[d]
-    if loose and not equitable(job, rep_of, sorted(loose)):
-        return fold_spec(job, fold, strict=True)
-    if loose:
-        notes.append(f"{', '.join(sorted(loose))} rings folded as sets (equitable flows)")
+    rings = sorted((loose or set()) - {STATS})
+    if rings and not equitable(job, rep_of, rings):
+        return fold_spec(job, fold, strict=True, stats=stats)
+    alone = None
+    flows = ring_flows(job, STATS) if loose and STATS in loose else None
+    if flows is not None and not equitable_flows(job, rep_of, flows):
+        alone = alone_groups(job, rep_of, node_ok, flows) if stats == "alone" else None
+        if alone is None:
+            return fold_spec(job, fold, strict, STATS_RULES[STATS_RULES.index(stats) + 1])
+    if rings:
+        notes.append(f"{', '.join(rings)} rings folded as sets (equitable flows)")
+    if loose and STATS in loose:
+        notes.append("stats ring folded as a set (" +
+                     ("runs alone: checked" if alone else "equitable flows") + ")")
     reps = tuple(int(r) for r in np.unique(rep_of))
     factor = n / len(reps)
     head = f"{len(reps)} of {n} ranks simulated (x{factor:g})"
-    return FoldSpec(steps, reps, rep_of, "; ".join([head] + notes))
+    return FoldSpec(steps, reps, rep_of, "; ".join([head] + notes), alone)
 
 
 def _valid(job: Job, dim: str, k: int, G: int, table: list | None = None,
-           loose: set[str] | None = None) -> bool:
+           loose: set[str] | None = None, firm: frozenset = frozenset()) -> bool:
     """Does moving coordinate ``dim`` by ``k`` map GPUs and groups onto themselves?
     ``table``: a list ``group_table(job)`` fills (kept by the caller for its next call).
-    ``loose``: None keeps every ring's order; a set accepts a ring group mapped onto a group
-    as a set only, and collects its dimension (``simulator.fold_rings`` decides)."""
+    ``loose``: None keeps every ring's order; a set accepts a ring group (not in ``firm``)
+    mapped onto a group as a set only, and collects its dimension (``simulator.fold_rings``
+    and ``simulator.fold_stats`` decide)."""
     perm = _translate(job, dim, k)
     if not _maps_gpus(perm, G):
         return False
     if table is not None and not table:
         table.append(group_table(job))
-    return _maps_groups(job, perm, None if table is None else table[0], loose)
+    return _maps_groups(job, perm, None if table is None else table[0], loose, firm)
 
 
 def _next_divisor(n: int, k: int) -> int:

@@ -53,10 +53,12 @@ When (E1) or (E2) fails the fold falls back to translations that keep every ring
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
 
+from simulator.program.compiler import stats_groups
 from strategies import placement
 from strategies.collectives import algorithm_for, phases_of
 from strategies.job import Job
@@ -65,35 +67,55 @@ from topologies.routing import relays
 
 
 def ring_flows(job: Job, dim: str) -> np.ndarray:
-    """``(src, dst)`` rows of every flow of the ring collectives over the ``dim`` groups (the
-    phases the engine runs, ``strategies.collectives.phases_of``; the flows do not depend on
-    the kind or the bytes)."""
+    """``(src, dst)`` rows of every flow of the ring collectives over the ``dim`` groups
+    (``stats``: the gradient norm's, ``simulator.program.compiler.stats_groups``; the phases
+    the engine runs, ``strategies.collectives.phases_of``; the flows do not depend on the kind
+    or the bytes)."""
     G = job.cluster.gpus_per_node
-    node_of = G.__rfloordiv__           # rank -> its node (r // G)
-    rows: list[tuple[int, int]] = []
-    for g in placement.groups(job.plan, dim):
-        if len(g) > 1:
-            for ph in phases_of(algorithm_for("allreduce", g, G), "allreduce", g, 1.0, node_of):
-                rows += ph.flows
-    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+    groups = stats_groups(job.plan) if dim == "stats" else placement.groups(job.plan, dim)
+    parts = [group_flows(tuple(g), G) for g in groups if len(g) > 1]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+@lru_cache(maxsize=4096)
+def group_flows(group: tuple[int, ...], gpus_per_node: int) -> np.ndarray:
+    """``(src, dst)`` rows of a ring all-reduce over ``group`` (ranks in ring order), every
+    phase's (read-only); a pure function of its arguments, kept: a search's plans share
+    groups (the world's, with the distributed optimizer, in every plan of one size)."""
+    node_of = gpus_per_node.__rfloordiv__           # rank -> its node (r // G)
+    rows = [f for ph in phases_of(algorithm_for("allreduce", group, gpus_per_node),
+                                  "allreduce", group, 1.0, node_of) for f in ph.flows]
+    out = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    out.flags.writeable = False
+    return out
 
 
 def equitable(job: Job, rep_of: np.ndarray, dims: Iterable[str]) -> bool:
     """Do the ring flows of every ``dims`` group satisfy (E1) and (E2) of the module doc for
     the orbits ``rep_of`` (rank -> its representative)?"""
-    return all(_equitable_flows(job, rep_of, ring_flows(job, d)) for d in dims)
+    return all(equitable_flows(job, rep_of, ring_flows(job, d)) for d in dims)
 
 
-def _equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
-    """(E1) and (E2) for one dimension's ring flows (``(src, dst)`` rows)."""
-    if not len(flows):
-        return True
-    G, n = job.cluster.gpus_per_node, rep_of.size
+def flow_roles(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(src, dst, intra, relay, relay GPU)`` arrays of ``flows`` (``(src, dst)`` rows):
+    whether each stays in a node, whether it relays through the source node's GPU on the
+    destination's rail (``topologies.routing.relays``) and that GPU (the source where it
+    does not relay: unused)."""
+    G = job.cluster.gpus_per_node
     a, b = flows[:, 0], flows[:, 1]
     intra = a // G == b // G
     relay = ~intra & np.asarray(relays(job.cluster.inter_node_topology, graph_rails(job.cluster),
                                        a % G, b % G), dtype=bool)
-    r = np.where(relay, a // G * G + b % G, a)        # (a where it does not relay: unused)
+    return a, b, intra, relay, np.where(relay, a // G * G + b % G, a)
+
+
+def equitable_flows(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
+    """(E1) and (E2) of the module doc for one dimension's ring flows (``(src, dst)`` rows)
+    and the orbits ``rep_of``."""
+    if not len(flows):
+        return True
+    n = rep_of.size
+    a, b, intra, relay, r = flow_roles(job, flows)
     # a flow's class: its source's orbit, whether it stays in a node, whether it relays
     _, cls = np.unique(rep_of[a] * 4 + intra * 2 + relay, return_inverse=True)
     cls = cls.ravel()

@@ -15,7 +15,9 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from simulator.engine import core as engine
+from simulator.engine.core import NotAlone
 from simulator.gc_pause import paused_gc
+from simulator.program.builder import NORM_LABEL
 from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
@@ -105,24 +107,39 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     check_simulable(job)
     with paused_gc():           # compile, run and metrics allocate ~1 M live objects
         spec = fold_spec(job, fold)
-        programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
-                               costs=costs)
-        graph, tables = _graph_and_tables(job.cluster)
-        net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
-                          else None, network, record_load=link_series, tables=tables)
-        net.count_bytes = not figures_only      # the figures read no link's bytes
         try:
-            res = engine.run(programs, net=net, free_comm=free_comm,
-                             num_ranks=len(spec.rep_of), rank_map=spec.rank_map(),
-                             sm_of=sms_of(job, programs))
-            res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
-        finally:
-            net.close()         # its reference cycles, else garbage for the collector
+            res = _run(job, spec, granularity, network, free_comm, costs, link_series,
+                       figures_only)
+        except NotAlone:        # the gradient norm's ring shared the network: fold it less
+            spec = fold_spec(job, fold, stats="equitable")
+            res = _run(job, spec, granularity, network, free_comm, costs, link_series,
+                       figures_only)
     res.metrics["network"] = network
     if len(job.cluster.groups) > 1:     # a mixed cluster: the GPU type of each simulated rank
-        res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name for r in programs}
+        res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name
+                                    for r in res.simulated_ranks}
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
+    return res
+
+
+def _run(job: Job, spec: FoldSpec, granularity: str | None, network: str, free_comm: bool,
+         costs: StageCosts | None, link_series: bool, figures_only: bool) -> SimResult:
+    """``simulate``'s run of the representatives ``spec`` gives, with its metrics; raises
+    ``NotAlone`` where ``spec.alone``'s premise failed (``simulator.fold_stats``)."""
+    programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
+                           costs=costs)
+    graph, tables = _graph_and_tables(job.cluster)
+    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
+                      else None, network, record_load=link_series, tables=tables)
+    net.count_bytes = not figures_only      # the figures read no link's bytes
+    try:
+        res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
+                         rank_map=spec.rank_map(), sm_of=sms_of(job, programs),
+                         watch=spec.alone and [(g, NORM_LABEL) for g in spec.alone])
+        res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
+    finally:
+        net.close()         # its reference cycles, else garbage for the collector
     return res
 
 

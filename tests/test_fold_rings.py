@@ -4,7 +4,6 @@ one bit for bit (records and metrics) for every K/V exchange; the route rule the
 the fallback where the partition is not equitable."""
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -12,29 +11,13 @@ import pytest
 
 from simulator.fold import fold_spec, hop_owner
 from simulator.fold_rings import equitable, ring_flows
-from simulator.simulate import graph_of, simulate
-from strategies.job import make_job
+from simulator.simulate import graph_of
 from strategies.job_text import job_from_text
-from strategies.plan.parse import parse_plan
-from strategies.presets import model_preset
-from topologies.cluster import cluster_preset
+from tests.fold_checks import CLUSTERS, assert_folded_is_full, fold_job
 from topologies.graph import rails
 from topologies.routing import relays, route
 
-H800 = cluster_preset("hgx-h800", 4)
-CLUSTERS = {"h800x4": H800,
-            "spine": replace(H800, nodes_per_leaf=1),      # every route between nodes: a spine
-            "fat_tree": replace(cluster_preset("dgx-h100", 4), nodes_per_leaf=2,
-                                inter_node_topology="fat_tree"),
-            "rail_only": replace(cluster_preset("dgx-h100", 2), inter_node_topology="rail_only")}
-FIGURES = ("step_time_s", "engine_end_s", "breakdown_s", "exposed_comm_s", "overlapped_comm_s",
-           "bubble_fraction", "bubble_fraction_by_stage", "idle_fraction_by_stage",
-           "critical_rank", "peak_activation_bytes")
-
-
-def _job(plan: str, cluster="h800x4", framework=None, model="llama3-8b"):
-    return make_job(model_preset(model), CLUSTERS[cluster], parse_plan(plan),
-                    framework=framework)
+_job = fold_job
 
 
 CASES = [  # (plan, cluster, framework): each K/V exchange with dp > 1, cp across and in nodes
@@ -57,21 +40,7 @@ def test_cp_with_dp_folds_bit_for_bit(plan, cluster, framework):
     spec = fold_spec(job)
     assert spec.steps["cp"] < job.plan.cp and "dpcp" in spec.note
     assert fold_spec(job, strict=True).steps["cp"] == job.plan.cp     # the translation alone
-    folded, full = simulate(job), simulate(job, fold=False)
-    assert folded.simulated_ranks == list(spec.reps) and len(spec.reps) < len(full.simulated_ranks)
-    # the same records (ranks that finish at one instant are listed in event order)
-    mine = set(folded.simulated_ranks)
-    assert sorted(folded.records) == sorted(r for r in full.records if r.rank in mine)
-    # every rank runs its representative's timeline
-    by: dict[int, list] = {}
-    for r in full.records:
-        by.setdefault(r.rank, []).append(r._replace(rank=0, peer=0))
-    for rep, ranks in folded.rank_map.items():
-        assert all(sorted(by[q]) == sorted(by[rep]) for q in ranks)
-    for k in FIGURES:
-        assert folded.metrics[k] == full.metrics[k], k
-    for k in ("activation_memory", "rank_ends_s"):
-        assert folded.metrics[k] == {r: full.metrics[k][r] for r in folded.simulated_ranks}
+    assert_folded_is_full(job, spec)
 
 
 def test_not_equitable_falls_back_to_ring_order():
@@ -136,3 +105,33 @@ def test_benchmark_shape_folds_to_the_stages():
     spec = fold_spec(job)
     assert len(spec.reps) == 8 and spec.steps == {"tp": 1, "cp": 1, "dp": 1}
     assert len(fold_spec(job, strict=True).reps) == 32
+
+
+MOE_TWINS = [  # (MoE model, dense model, plan): ep and cp together on four DGX H100 nodes
+    ("mixtral-8x7b", "llama3-8b", "tp=2,pp=2,dp=2,cp=4,ep=4,mbs=1,gbs=8,zero=1"),
+    ("qwen3-30b-a3b", "llama3-8b", "tp=2,pp=1,dp=4,cp=4,ep=4,mbs=1,gbs=8,zero=1"),
+    ("mixtral-8x7b", "llama3-8b", "tp=2,pp=2,dp=4,cp=2,ep=4,mbs=1,gbs=16,zero=1"),
+    ("qwen3-30b-a3b", "llama3-8b", "tp=1,pp=2,dp=4,cp=4,ep=4,mbs=1,gbs=16,zero=1"),
+]
+
+
+@pytest.mark.parametrize("moe,dense,plan", MOE_TWINS)
+def test_moe_with_cp_folds_as_its_dense_twin(moe, dense, plan):
+    """The expert groups do not keep cp from folding: an MoE plan with ep and cp folds as
+    the same plan of a dense model (cp unfolded in the last two: the dpcp ring's (E1) fails,
+    as in ``test_not_equitable_falls_back_to_ring_order``), and bit for bit."""
+    job = job_from_text(moe, "dgx-h100:4", plan)
+    spec = fold_spec(job)
+    assert spec.steps == fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace(
+        "ep=4,", ""))).steps
+    assert_folded_is_full(job, spec)
+
+
+def test_expert_groups_across_cp_keep_a_translation_from_folding_it():
+    """ep=2 inside cp=4 (each expert group two neighbouring cp ranks): moving cp by 1 maps an
+    expert group onto no group, so cp folds by 2 only, where its dense twin folds by 1."""
+    plan = "tp=2,pp=2,dp=2,cp=4,ep=2,mbs=1,gbs=8,zero=1"
+    job = job_from_text("mixtral-8x7b", "dgx-h100:4", plan)
+    assert fold_spec(job).steps["cp"] == 2
+    assert fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", ""))
+                     ).steps["cp"] == 1

@@ -7,7 +7,8 @@ import pytest
 
 from simulator.fold import GROUP_DIMS, fold_spec, group_table, make_link_map
 from simulator.network.backend import new_network
-from simulator.program.compiler import Layout
+from simulator.fold_stats import stats_checked
+from simulator.program.compiler import Layout, stats_groups
 from simulator.simulate import graph_of
 from strategies import placement
 from strategies.job import make_job
@@ -31,6 +32,12 @@ def test_group_table_is_the_placement_groups(i):
     job = _job(i)
     table = group_table(job)
     want = [d for d in GROUP_DIMS if len(placement.groups(job.plan, d)[0]) > 1]
+    # the gradient norm's ring last, where the programs hold it (simulator.fold_stats)
+    assert stats_checked(job) == (i != 1)          # dp alone: groups of one rank
+    if stats_checked(job):
+        assert table[-1][0] == "stats" and not table[-1][2]
+        assert table[-1][1].tolist() == [list(g) for g in stats_groups(job.plan)]
+        table = table[:-1]
     assert len(table) == len(want)
     for (dim, rows, as_set, canon), d in zip(table, want):
         assert dim == d and rows.tolist() == placement.groups(job.plan, d)

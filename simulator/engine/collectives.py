@@ -22,7 +22,7 @@ from __future__ import annotations
 from functools import partial
 from heapq import heappush
 from itertools import starmap
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 from simpy.events import NORMAL, URGENT
@@ -65,9 +65,18 @@ class CollectiveRunner:
     closed form (decided by the engine from every channel's links)."""
 
     def __init__(self, net: NetworkBackend, issuers: set, node_of: Callable,
-                 exclusive: Callable[[Collective], bool], free_comm: bool = False) -> None:
+                 exclusive: Callable[[Collective], bool], free_comm: bool = False,
+                 watch: Iterable[tuple] | None = None) -> None:
         self.net, self.env, self.issuers = net, net.env, issuers
         self.node_of, self.exclusive, self.free_comm = node_of, exclusive, free_comm
+        # the (group, label) of the collectives whose flows folding needs alone on a shared
+        # network, started together
+        # (``WatchedRun``; ``simulator.fold_stats``), whether that failed, the watched runs
+        # with flows live, those ended, the instant the first started and the network's
+        # count of flows started after the latest one started
+        self.watch = set(watch) if watch and getattr(net, "shares_links", False) else None
+        self.breach = False
+        self.w_live, self.w_done, self.w_at, self.w_mark = 0, 0, 0.0, -1
         self._plans: dict = {}
         self._solo: dict = {}
         self._links: dict = {}
@@ -104,9 +113,13 @@ class CollectiveRunner:
         if hit is None:                 # (closed form or None, the phases, their block starts):
             closed = self._closed_form(op)      # one look-up a call
             phases = self.phases(op)
+            watched = self.watch is not None and (op.group, op.label) in self.watch
+            if watched and closed is not None:  # timed alone in closed form: not the argument
+                self.breach = True
             hit = self._closed[sig] = (closed, phases,
-                                       None if closed is not None else self._blocks(op, phases))
-        closed, phases, blocks = hit
+                                       None if closed is not None else self._blocks(op, phases),
+                                       WatchedRun if watched else CollectiveRun)
+        closed, phases, blocks, run = hit
         if closed is not None:
             total, loads, phases = closed
             if self._count_bytes:
@@ -129,7 +142,10 @@ class CollectiveRunner:
         if not phases:
             then(None)
             return
-        CollectiveRun(self.net, op, phases, then, blocks)
+        if run is WatchedRun:
+            WatchedRun(self.net, op, phases, then, blocks, self)
+        else:
+            CollectiveRun(self.net, op, phases, then, blocks)
 
     def _blocks(self, op: Collective, phases: list[RunPhase]) -> list | None:
         """Per phase, ``(FlowBlock, bytes of each flow)`` when the flows backend can start all
@@ -308,3 +324,43 @@ class CollectiveRun:
         self.counting = True
         env = self.env
         env.lanes[NORMAL].append((next(env._eid), self))
+
+
+class WatchedRun(CollectiveRun):
+    """A ``CollectiveRun`` of the collectives whose flows folding needs alone on the network
+    (the gradient norm's rings, ``simulator.fold_stats``): it sets its ``runner``'s
+    ``breach`` unless every watched run starts its flows at one instant with no other flow
+    live then, none of them ended before, and no other flow starts before the last of them
+    has ended (the network's ``live_flows`` and ``flows_started``)."""
+
+    __slots__ = ("runner", "mark")
+
+    def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
+                 then: Callable[[object], None], blocks: list | None,
+                 runner: CollectiveRunner) -> None:
+        self.runner, self.mark = runner, -1
+        super().__init__(net, op, phases, then, blocks)
+
+    def _step(self, _entry: object = None) -> None:
+        k, net, run = self.k, self.net, self.runner
+        live, before = net.live_flows(), net.flows_started
+        self.mark = -1                  # (flows that move nothing end inside the call)
+        super()._step(_entry)
+        if self.k > k:                  # a phase's flows started
+            now = self.env._now
+            if run.w_live == 0:         # the first: nothing else live, none ended before
+                if live or run.w_done:
+                    run.breach = True
+                run.w_at = now
+            elif now != run.w_at or before != run.w_mark:
+                run.breach = True
+            run.w_live += 1
+            run.w_mark = self.mark = net.flows_started
+
+    def _counted_next(self) -> None:
+        run = self.runner
+        if self.mark < 0 or self.net.flows_started != run.w_mark:
+            run.breach = True
+        run.w_live -= 1
+        run.w_done += 1
+        super()._counted_next()

@@ -34,13 +34,13 @@ import time
 from collections import defaultdict, deque
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, Iterable
 
 import simpy
 from simpy.events import NORMAL
 
 from simulator.engine.channels import exclusive_channels
-from simulator.engine.collectives import CollectiveRunner, CollectiveRun
+from simulator.engine.collectives import CollectiveRunner, CollectiveRun, WatchedRun
 from simulator.engine.deadlock import check_finished
 from simulator.gc_pause import paused_gc
 from simulator.engine.messages import Messaging
@@ -51,6 +51,11 @@ from simulator.program.ops import Program, Send
 from simulator.result import Record, SimResult
 from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
+
+
+class NotAlone(RuntimeError):
+    """The watched collective's flows shared the network with another flow (``run``'s
+    ``watch``): the folding that rested on it is not exact, run again without it."""
 
 
 _ID, _DEPS, _BLOCKING = attrgetter("id"), attrgetter("deps"), attrgetter("blocking")
@@ -75,7 +80,8 @@ class Engine(Messaging):
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True,
-                 sm_of: dict[int, int] | None = None) -> None:
+                 sm_of: dict[int, int] | None = None,
+                 watch: Iterable[tuple] | None = None) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
@@ -105,7 +111,7 @@ class Engine(Messaging):
         self.runner = CollectiveRunner(
             net, self.sim, node_of,
             lambda op: self.exclusive.get((op.group, op.tag), False) if shared else True,
-            free_comm)
+            free_comm, watch)
         if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         self.ready: deque[Stream] = deque()
@@ -244,7 +250,7 @@ class Engine(Messaging):
             env._now = now
             steps += 1
             kind = type(ev)
-            if kind is CollectiveRun:           # a collective run's entry (no event object)
+            if kind is CollectiveRun or kind is WatchedRun:   # a run's entry (no event object)
                 ev.resume()
                 continue
             if kind is not list:
@@ -292,7 +298,8 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True,
-        sm_of: dict[int, int] | None = None) -> SimResult:
+        sm_of: dict[int, int] | None = None,
+        watch: Iterable[tuple] | None = None) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
     The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
@@ -302,7 +309,9 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every
     transfer instant (test hook). ``sm_of``: each simulated rank's SM count, where the SMs
     collectives hold (``Collective.sms``) slow the compute beside them (``sm_hold``; None:
-    not charged). Raises ``DeadlockError`` if ops are left waiting.
+    not charged). ``watch``: ``(group, label)`` of collectives whose flows must run alone on
+    a shared network, started together (``simulator.fold_stats``). Raises ``DeadlockError``
+    if ops are left waiting, ``NotAlone`` (after the run) if ``watch``'s flows did not run so.
     """
     t0 = time.perf_counter()
     own = net is None                 # a network of its own, closed with the run
@@ -312,15 +321,19 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         per_node = net.graph.graph.get("gpus_per_node", 1)
         node_of = lambda r: r // per_node  # noqa: E731
     with paused_gc():                 # the collector would walk every record (gc_pause)
-        eng = Engine(programs, net, free_comm, node_of, record, sm_of)
+        eng = Engine(programs, net, free_comm, node_of, record, sm_of, watch)
         eng.start()
         steps = eng._loop() + getattr(net, "quiet_events", 0)
+    breach = eng.runner.breach
     try:
         check_finished(eng)
     finally:                          # also on a deadlock: no cycles left for the collector
         eng.close()
         if own:
             net.close()
+    if breach:
+        raise NotAlone(f"the flows of the {len(watch)} watched collectives did not run "
+                       "alone on the network")
     end = max(map(_END, eng.records), default=0.0)
     n = num_ranks if num_ranks is not None else len(programs)
     rank_map = rank_map or {r: [r] for r in programs}

@@ -114,6 +114,10 @@ class FlowTable(RouteTable):
         self._tags += [None] * (slots - old)
         self._free += range(slots - 1, old - 1, -1)
 
+    def live_flows(self) -> int:
+        """The number of flows now moving bytes (started, not ended)."""
+        return int(np.count_nonzero(self._active))
+
     def _active_idx(self) -> np.ndarray:
         return self._active.nonzero()[0]
 

@@ -52,6 +52,9 @@ from strategies.schedules.exchanges import Exchange
 if TYPE_CHECKING:
     from strategies.job import Job
 
+#: the label of the gradient norm's all-reduce (``simulator.fold_stats`` watches it)
+NORM_LABEL = "grad norm all-reduce"
+
 
 class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
                      FillGatherOps, PipelineTransfers, OverlappedPairs):
@@ -348,7 +351,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
             p = self.p
             share = ring_share(p.tp, p.pp, p.cp, p.dp, p.zero, self.cluster)
             bar = self.coll("dp-comm", "allreduce", "stats", NORM_BYTES, share, "dp",
-                            "grad norm all-reduce",
+                            NORM_LABEL,
                             deps=(self.last_compute, dp_ops[-1].id if dp_ops else None,
                                   *self.wait), tag="dp", sms=0.0)
             self.wait += [bar] if bar is not None else []

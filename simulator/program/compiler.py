@@ -37,6 +37,27 @@ from strategies.job import Job
 GRANULARITIES = ("chunk", "layer")
 
 
+def stats_groups(plan) -> list[tuple[int, ...]]:
+    """The gradient norm's all-reduce groups (``cost.norm_barrier.stats_group``), each in
+    ring order, ordered by first rank: every rank with the distributed optimizer (ZeRO >= 1),
+    else each model-parallel group (the pipeline groups of one tensor-parallel group's ranks,
+    sorted). The simulator's programs (``Layout``) and the folding's checks
+    (``simulator.fold``) read them here."""
+    n = placement.world_size(plan)
+    if plan.zero >= 1:
+        return [tuple(range(n))]
+    pp_of = {r: g for g in placement.groups(plan, "pp") for r in g}
+    tp_of = {r: g for g in placement.groups(plan, "tp") for r in g}
+    seen = np.zeros(n, dtype=bool)
+    out: list[tuple[int, ...]] = []
+    for r in range(n):
+        if not seen[r]:
+            g = tuple(sorted(x for t in tp_of[r] for x in pp_of[t]))
+            seen[list(g)] = True
+            out.append(g)
+    return out
+
+
 class Layout:
     """Communication groups of every rank (``placement.groups``) and the collective
     algorithm each group uses on this cluster (``strategies.collectives.algorithm_for``)."""
@@ -53,24 +74,16 @@ class Layout:
             index[np.fromiter(chain.from_iterable(groups), np.int64)] = np.repeat(np.arange(len(groups)),
                                                       [len(g) for g in groups])
             self._groups[dim] = (index, list(map(tuple, groups)))
-        self._zero, self._n = plan.zero, n
+        self._plan, self._n = plan, n
         self._algo: dict[tuple, str] = {}
 
     def _stats_groups(self) -> None:
-        """The gradient norm's groups (``cost.norm_barrier.stats_group``), built on first
-        use: every rank with the distributed optimizer, else each model-parallel group (the
-        pipeline groups of one tensor-parallel group's ranks)."""
+        """The gradient norm's groups (``stats_groups``), built on first use."""
         n = self._n
-        if self._zero >= 1:
-            self._groups["stats"] = (np.zeros(n, dtype=np.int64), [tuple(range(n))])
-            return
-        index = np.full(n, -1, dtype=np.int64)
-        mp: list[tuple[int, ...]] = []
-        for r in range(n):
-            if index[r] < 0:
-                g = tuple(sorted(x for t in self.group("tp", r) for x in self.group("pp", t)))
-                index[list(g)] = len(mp)
-                mp.append(g)
+        mp = stats_groups(self._plan)
+        index = np.empty(n, dtype=np.int64)
+        index[np.fromiter(chain.from_iterable(mp), np.int64)] = np.repeat(
+            np.arange(len(mp)), [len(g) for g in mp])
         self._groups["stats"] = (index, mp)
 
     def stage(self, rank: int) -> int:
