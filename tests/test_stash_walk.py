@@ -11,7 +11,7 @@ from strategies.schedules import get_schedule
 from strategies.schedules.registry import schedule_names
 from strategies.schedules.stash import (chunk_stash_moments, first_distinct_columns,
                                         stash_frontier, stash_moments)
-from strategies.schedules.step import Step
+from strategies.schedules.step import Step, step_columns
 
 
 def _walk(steps, chunks):
@@ -105,3 +105,33 @@ def test_first_distinct_columns_exact_under_collisions():
         got = first_distinct_columns(keys, mix)
         assert [tuple(keys[:, j]) for j in got] == want
         assert list(got) == sorted(got)
+
+
+def _interleaved_oracle(stage, pp, m, vpp, g):
+    """Forward ``k`` is virtual micro-batch ``k`` (groups of ``g`` micro-batches, chunk-major
+    inside), backward ``k`` the same micro-batch on chunk ``vpp - 1 - c``; ``w`` warm-up
+    forwards, then ``F(w+k) B(k)`` pairs, then the remaining backwards."""
+    table = [(i, c) for start in range(0, m, g)
+             for c in range(vpp) for i in range(start, min(start + g, m))]
+    w = get_schedule("interleaved").num_warmup(stage, pp, m, vpp, g)
+    fwd = [Step("F", i, c) for i, c in table]
+    bwd = [Step("B", i, vpp - 1 - c) for i, c in table]
+    out = fwd[:w]
+    for k in range(len(fwd) - w):
+        out += [fwd[w + k], bwd[k]]
+    return out + bwd[len(fwd) - w:]
+
+
+@pytest.mark.parametrize("pp, m, vpp, g", [(2, 4, 2, None), (4, 8, 2, None), (4, 8, 3, 4),
+                                           (2, 5, 2, 3), (2, 17, 4, 5), (8, 24, 2, 8),
+                                           (1, 5, 3, None), (1, 3, 2, 2), (3, 12, 2, 6)])
+def test_interleaved_order_built_as_arrays(pp, m, vpp, g):
+    """``Interleaved.order_columns`` (arrays) and its ``steps`` are the loop-built order;
+    the schedule's per-chunk moments read off the columns equal those of the steps."""
+    sched = get_schedule("interleaved")
+    for stage in range(pp):
+        want = _interleaved_oracle(stage, pp, m, vpp, g or pp)
+        assert sched.steps(stage, pp, m, vpp, g) == want
+        assert [a.tolist() for a in sched.order_columns(stage, pp, m, vpp, g)] == [
+            a.tolist() for a in step_columns(want)]
+        assert sched.chunk_stash_moments(stage, pp, m, vpp, g) == chunk_stash_moments(want, vpp)

@@ -5,20 +5,19 @@ the most bytes (``peak_pair``, ``peak_chunk_moment``), the peak counts (``peak_s
 Pure functions of a ``list[Step]``."""
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from strategies.schedules.step import STEP_KINDS, Step
+from strategies.schedules.step import Step, step_columns
 
-#: ``Step.kind`` -> its index in ``STEP_KINDS`` (F 0, B 1, W 2)
-_KIND_CODE = {k: i for i, k in enumerate(STEP_KINDS)}
+#: an order as ``step_columns``: ``(kind, microbatch, chunk, overlap)`` arrays
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _events(steps: Iterable[Step], chunks: int | None = None
+def _events(columns: Columns, chunks: int | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """A rank's order as count changes, ``(chunk, d_stashed, d_pending, read, after_forward,
+    """A rank's order (``step_columns``) as count changes, ``(chunk, d_stashed, d_pending, read, after_forward,
     chunks)``, one entry per event (arrays of one length): the counts per chunk are their
     running sums, and ``read`` marks the moments its activations can peak at: just after each
     forward and just after each backward (or overlapped group's backwards) releases its
@@ -30,12 +29,8 @@ def _events(steps: Iterable[Step], chunks: int | None = None
     forwards' is added: the pair's forward builds its activations as the backward frees its
     own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe); a trailing linked run that no
     step ends is not counted."""
-    steps = list(steps)
-    n = len(steps)
-    kind = np.fromiter(map(_KIND_CODE.__getitem__, map(attrgetter("kind"), steps)), np.int8, n)
-    mb = np.fromiter(map(attrgetter("microbatch"), steps), np.int64, n)
-    ch = np.fromiter(map(attrgetter("chunk"), steps), np.int64, n)
-    ovl = np.fromiter(map(attrgetter("overlap"), steps), bool, n)
+    kind, mb, ch, ovl = columns
+    n = len(kind)
     span = int(ch.max(initial=0)) + 1
     chunks = span if chunks is None else chunks
     is_b, is_f, is_w = kind == 1, kind == 0, kind == 2
@@ -59,7 +54,7 @@ def _events(steps: Iterable[Step], chunks: int | None = None
 def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
     """``(stashed, pending, after_forward)`` summed over the chunks at each moment of
     ``_events``, in order, each counted per (microbatch, chunk)."""
-    _, d_n, d_w, read, fwd, _ = _events(steps)
+    _, d_n, d_w, read, fwd, _ = _events(step_columns(list(steps)))
     return list(zip(np.cumsum(d_n)[read].tolist(), np.cumsum(d_w)[read].tolist(),
                     fwd[read].tolist()))
 
@@ -160,7 +155,14 @@ def chunk_stash_moments(steps: Iterable[Step], chunks: int
     >>> chunk_stash_moments(ZBV().steps(0, 2, 4, 2), 2)[2:5]
     (((3, 0), (0, 0)), ((3, 1), (0, 0)), ((3, 0), (0, 1)))
     """
-    chunk, d_n, d_w, read, _, chunks = _events(steps, chunks)
+    return column_stash_moments(step_columns(list(steps)), chunks)
+
+
+def column_stash_moments(columns: Columns, chunks: int
+                         ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """``chunk_stash_moments`` of an order given as ``step_columns`` (an order built as
+    arrays needs no ``Step``)."""
+    chunk, d_n, d_w, read, _, chunks = _events(columns, chunks)
     if not np.any(read):
         return ((tuple([0] * chunks), tuple([0] * chunks)),)
     return tuple((tuple(r[:chunks]), tuple(r[chunks:]))
