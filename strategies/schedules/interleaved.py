@@ -8,10 +8,10 @@ import numpy as np
 
 from strategies.schedules.base import Schedule
 from strategies.schedules.registry import get_schedule, register
-from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
+from strategies.schedules.step import (Step, check_common, steps_of_columns,
+                                       warmup_steady_cooldown_positions)
 from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
-from strategies.schedules.step import make_step
 from strategies.schedules.p2p_streams import overlapped_exposed
 
 
@@ -69,12 +69,22 @@ class Interleaved(Schedule):
         >>> " ".join(map(str, get_schedule("interleaved").steps(1, 2, 2, vpp=2)))
         'F0.c0 F1.c0 F0.c1 B0.c1 F1.c1 B1.c1 B0.c0 B1.c0'
         """
+        return steps_of_columns(*self.order_columns(stage, pp, m, vpp, group_size))
+
+    def order_columns(self, stage: int, pp: int, m: int, vpp: int = 1,
+                      group_size: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The order of ``steps`` as ``step_columns``, built as arrays: forward ``k`` is
+        virtual micro-batch ``k`` (``virtual_microbatch_columns``), backward ``k`` the same
+        micro-batch on the mirrored chunk ``vpp - 1 - c``, placed in 1F1B order
+        (``warmup_steady_cooldown_positions``)."""
         w = self.num_warmup(stage, pp, m, vpp, group_size)
         g = pp if group_size is None else group_size
-        table = virtual_microbatch_table(m, vpp, g)
-        forwards = [make_step("F", i, c, False) for i, c in table]
-        backwards = [make_step("B", i, vpp - 1 - c, False) for i, c in table]
-        return warmup_steady_cooldown(forwards, backwards, w)
+        micro, chunk = virtual_microbatch_columns(m, vpp, g)
+        is_forward, index = warmup_steady_cooldown_positions(m * vpp, w)
+        kind = np.where(is_forward, 0, 1).astype(np.int8)
+        chunk = np.where(is_forward, chunk[index], vpp - 1 - chunk[index])
+        return kind, micro[index], chunk, np.zeros(len(index), dtype=bool)
 
     def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
                    group_size: int | None = None) -> int:
@@ -260,11 +270,20 @@ def virtual_microbatch_table(num_microbatches: int, vpp: int,
     >>> virtual_microbatch_table(3, 2, 2)
     [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
     """
-    table: list[tuple[int, int]] = []
-    for start in range(0, num_microbatches, group_size):
-        stop = min(start + group_size, num_microbatches)
-        table.extend((i, c) for c in range(vpp) for i in range(start, stop))
-    return table
+    return list(zip(*(c.tolist() for c in virtual_microbatch_columns(num_microbatches, vpp,
+                                                                     group_size))))
+
+
+def virtual_microbatch_columns(num_microbatches: int, vpp: int, group_size: int
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """``virtual_microbatch_table`` as two int64 arrays ``(microbatch, model_chunk_id)``: a
+    group of ``g`` micro-batches (the last one ``m mod g`` or ``g``) spans ``g·vpp``
+    virtual micro-batches, chunk-major inside."""
+    k = np.arange(num_microbatches * vpp)
+    start = k // (group_size * vpp) * group_size
+    size = np.minimum(group_size, num_microbatches - start)
+    within = k - start * vpp
+    return start + within % size, within // size
 
 
 def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int, vpp: int,

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.per_distinct import frontier_per_distinct, order_figure, per_distinct
-from strategies.schedules.stash import (chunk_stash_moments, peak_pending_w, peak_stash,
+from strategies.schedules.stash import (column_stash_moments, peak_pending_w, peak_stash,
                                         stash_frontier, trailing_w)
+from strategies.schedules.step import step_columns
 
 
 class OrderFigures:
@@ -65,8 +66,15 @@ class OrderFigures:
                             ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
         """``stash.chunk_stash_moments`` of ``stage``'s order, per chunk id (``vpp`` ids; a
         mirrored schedule's two copies are chunks 0 and 1)."""
-        return chunk_stash_moments(self.steps(stage, pp, m, vpp, group_size),
-                                   self.order_chunks(pp, vpp))
+        return column_stash_moments(self.order_columns(stage, pp, m, vpp, group_size),
+                                    self.order_chunks(pp, vpp))
+
+    def order_columns(self, stage: int, pp: int, m: int, vpp: int = 1,
+                      group_size: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``stage``'s order as ``step.step_columns`` (default: of ``steps``; a schedule
+        that builds its order as arrays overrides it and wraps ``steps`` around it)."""
+        return step_columns(self.steps(stage, pp, m, vpp, group_size))
 
     def stash_frontier_array(self, stage: Any, pp: Any, m: Any, vpp: Any
                              ) -> tuple[np.ndarray, np.ndarray]:

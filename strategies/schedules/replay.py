@@ -146,9 +146,11 @@ def order_reduce_tails(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp:
         start = ends - dur
         # each rank's releasing events in its order (a rank's events rise level by level,
         # and ``order`` is sorted by level): one row per rank, as many on each
-        rel = [[e for e in np.flatnonzero(order.rank == r).tolist()
-                for k, _c in order.sigs[order.sig[e]][1] if k == kind] for r in range(p)]
-        idx = np.array(rel, dtype=np.int64)
+        # (each event once per releasing member, a stable sort by rank keeping its order)
+        per_sig = np.array([sum(k == kind for k, _c in members) for _r, members in order.sigs],
+                           dtype=np.int64)
+        events = np.repeat(np.arange(len(order.sig)), per_sig[order.sig])
+        idx = events[np.argsort(order.rank[events], kind="stable")].reshape(p, -1)
         of = np.array([0] + [1] * max(p - 2, 0) + [2])[:p]
         r_rs = np.stack([rs[k][sel] for k in of.tolist()])
         r_edge = np.stack([edge[k][sel] for k in of.tolist()])

@@ -7,56 +7,100 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from strategies.schedules.step import Step
+import numpy as np
+
+from strategies.schedules.step import Step, step_columns
+
+#: an order as ``step_columns``: ``(kind, microbatch, chunk, overlap)`` arrays
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _chunk_walk(steps: Iterable[Step], chunks: int | None = None
-                ) -> list[tuple[tuple[int, ...], tuple[int, ...], bool]]:
-    """``(stashed, pending, after_forward)`` per chunk at every moment a rank's activations
-    can peak: just after each forward and just after each backward (or overlapped group's
-    backwards) releases its stash. ``stashed[c]``: the forwards of chunk ``c`` whose
-    backward (``B``) has not yet run; ``pending[c]``: its backwards whose weight gradient
-    (``W``) is still to run (``chunks``: the rank's chunk count, default the largest
-    ``Step.chunk`` + 1). A ``W`` only frees. An overlapped group (``Step.overlap``) is
-    counted at its end, its backwards' stash released (and their ``W``, which the group runs
-    last, pending) before its forwards' is added: the pair's forward builds its activations
-    as the backward frees its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
-    steps = list(steps)
-    if chunks is None:
-        chunks = max((s.chunk for s in steps), default=0) + 1
-    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    live = [0] * chunks
-    pending = [0] * chunks
-    out: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
-    group: list[Step] = []
-    for s in steps:
-        group.append(s)
-        if s.overlap:
-            continue
-        released = False
-        for g in group:
-            if g.kind == "B":
-                released = True
-                live[g.chunk] -= 1
-                if (g.microbatch, g.chunk) in has_w:
-                    pending[g.chunk] += 1
-        if released:
-            out.append((tuple(live), tuple(pending), False))
-        for g in group:
-            if g.kind == "F":
-                live[g.chunk] += 1
-                out.append((tuple(live), tuple(pending), True))
-        for g in group:
-            if g.kind == "W":
-                pending[g.chunk] -= 1
-        group = []
-    return out
+def _events(columns: Columns, chunks: int | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """A rank's order (``step_columns``) as count changes, ``(chunk, d_stashed, d_pending, read, after_forward,
+    chunks)``, one entry per event (arrays of one length): the counts per chunk are their
+    running sums, and ``read`` marks the moments its activations can peak at: just after each
+    forward and just after each backward (or overlapped group's backwards) releases its
+    stash. ``stashed[c]``: the forwards of chunk ``c`` whose backward (``B``) has not yet
+    run; ``pending[c]``: its backwards whose weight gradient (``W``) is still to run
+    (``chunks``: the rank's chunk count, default the largest ``Step.chunk`` + 1). A ``W``
+    only frees. An overlapped group (``Step.overlap``) is counted at its end, its backwards'
+    stash released (and their ``W``, which the group runs last, pending) before its
+    forwards' is added: the pair's forward builds its activations as the backward frees its
+    own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe); a trailing linked run that no
+    step ends is not counted."""
+    kind, mb, ch, ovl = columns
+    n = len(kind)
+    span = int(ch.max(initial=0)) + 1
+    chunks = span if chunks is None else chunks
+    is_b, is_f, is_w = kind == 1, kind == 0, kind == 2
+    # a backward leaves a pending W where its (micro-batch, chunk) has one
+    b_pends = is_b & np.isin(mb * span + ch, (mb * span + ch)[is_w])
+    # each step's group: the unlinked steps before it; in a group, B before F before W
+    order = np.arange(n)
+    group = order
+    if ovl.any():
+        group = np.cumsum(~ovl) - ~ovl
+        keep = np.flatnonzero(group < np.count_nonzero(~ovl))
+        order = keep[np.lexsort((np.where(is_b, 0, np.where(is_f, 1, 2))[keep], group[keep]))]
+    e_b, e_f, e_g = is_b[order], is_f[order], group[order]
+    d_stashed = e_f.astype(np.int64) - e_b
+    d_pending = b_pends[order].astype(np.int64) - is_w[order]
+    # a group's last backward: the next event is of another group or not a backward
+    last_b = e_b & ~np.append(e_b[1:] & (e_g[1:] == e_g[:-1]), False)
+    return ch[order], d_stashed, d_pending, e_f | last_b, e_f, chunks
 
 
 def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
-    """``_chunk_walk``'s moments summed over the chunks: ``(stashed, pending,
-    after_forward)``, each counted per (microbatch, chunk)."""
-    return [(sum(n), sum(w), fwd) for n, w, fwd in _chunk_walk(steps)]
+    """``(stashed, pending, after_forward)`` summed over the chunks at each moment of
+    ``_events``, in order, each counted per (microbatch, chunk)."""
+    _, d_n, d_w, read, fwd, _ = _events(step_columns(list(steps)))
+    return list(zip(np.cumsum(d_n)[read].tolist(), np.cumsum(d_w)[read].tolist(),
+                    fwd[read].tolist()))
+
+
+def first_distinct_columns(keys: np.ndarray, mix: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the distinct columns of the int64 matrix ``keys``, each the first of its
+    value, ascending. The columns are grouped by one wrapping hash, ``Σ_r keys[r]·mix[r]``
+    (``mix``: default odd multipliers), and each checked equal to its group's first; where
+    one is not (a collision), they are sorted by every row instead: exact either way."""
+    if mix is None:
+        mix = np.int64(-0x61C8864680B583EB) + 2 * np.arange(len(keys), dtype=np.int64)
+    _, head, cls = np.unique((keys * mix[:, None]).sum(axis=0), return_index=True,
+                             return_inverse=True)
+    if not np.array_equal(keys, keys[:, head[np.ravel(cls)]]):
+        idx = np.lexsort((np.arange(keys.shape[1]),) + tuple(keys))
+        ordered = keys[:, idx]
+        new = np.ones(len(idx), dtype=bool)
+        new[1:] = np.any(ordered[:, 1:] != ordered[:, :-1], axis=0)
+        head = idx[new]
+    return np.sort(head)
+
+
+def _distinct_moments(chunk: np.ndarray, d_n: np.ndarray, d_w: np.ndarray, read: np.ndarray,
+                      chunks: int) -> np.ndarray:
+    """The distinct per-chunk ``(stashed, pending)`` counts at the ``read`` events of
+    ``_events``, in order of first appearance, as rows ``stashed[0..C) + pending[0..C)``.
+    Exact, without a row per event: each count is offset by its chunk's event count (so it
+    is ``>= 0``) and packed into ``b`` bits of an int64 word, ``63 // b`` counts a word;
+    an event adds ``±2^shift`` to one or two words, whose running sums are then the packed
+    state (never a carry: every count stays in ``[0, 2^b)``); equal packed rows are equal
+    states."""
+    events = len(chunk)
+    offset = int(np.bincount(chunk, minlength=1).max()) if events else 0
+    b = max(1, (2 * offset).bit_length())
+    per = 63 // b
+    slot = np.arange(2 * chunks)
+    word, shift = slot // per, b * (slot % per)
+    words = np.zeros((int(word[-1]) + 1, events), dtype=np.int64)
+    rows = np.arange(events)
+    words[word[chunk], rows] = d_n << shift[chunk]
+    words[word[chunk + chunks], rows] += d_w << shift[chunk + chunks]
+    base = np.zeros(len(words), dtype=np.int64)
+    np.add.at(base, word, np.int64(offset) << shift)
+    keys = (np.cumsum(words, axis=1) + base[:, None])[:, read]
+    first = keys[:, first_distinct_columns(keys)]              # (words, distinct)
+    return ((first[word] >> shift[:, None]) & ((1 << b) - 1)).T - offset
 
 
 def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
@@ -68,7 +112,7 @@ def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
 
 def stash_frontier(steps: Iterable[Step]) -> tuple[tuple[int, int], ...]:
     """The ``(stashed, pending)`` pairs a rank's activations can peak at: of every moment of
-    ``_stash_walk`` (after each forward and after each backward's release), those no other
+    ``_events`` (after each forward and after each backward's release), those no other
     moment exceeds in both counts, most stashed first. With ``M_B`` bytes per stashed entry
     and ``M_W`` per pending weight gradient the rank's peak is the largest
     ``n·M_B + w·M_W`` over them (``peak_pair``); the first pair is ``(peak_stash,
@@ -98,7 +142,7 @@ def peak_pair(frontier: Sequence[tuple[int, int]], per_stashed: float,
 
 def chunk_stash_moments(steps: Iterable[Step], chunks: int
                         ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-    """The moments of ``_stash_walk`` counted per chunk: ``(stashed, pending)`` with
+    """The moments of ``_events`` counted per chunk: ``(stashed, pending)`` with
     ``stashed[c]`` the forwards of chunk ``c`` (``Step.chunk``, ``0 … chunks-1``) whose
     backward has not yet run and ``pending[c]`` its backwards whose ``W`` is still to run,
     after each forward and after each backward's release (an overlapped group at its end),
@@ -111,13 +155,18 @@ def chunk_stash_moments(steps: Iterable[Step], chunks: int
     >>> chunk_stash_moments(ZBV().steps(0, 2, 4, 2), 2)[2:5]
     (((3, 0), (0, 0)), ((3, 1), (0, 0)), ((3, 0), (0, 1)))
     """
-    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    seen: set = set()
-    for live, pending, _ in _chunk_walk(steps, chunks):
-        if (live, pending) not in seen:
-            seen.add((live, pending))
-            out.append((live, pending))
-    return tuple(out) or ((tuple([0] * chunks), tuple([0] * chunks)),)
+    return column_stash_moments(step_columns(list(steps)), chunks)
+
+
+def column_stash_moments(columns: Columns, chunks: int
+                         ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """``chunk_stash_moments`` of an order given as ``step_columns`` (an order built as
+    arrays needs no ``Step``)."""
+    chunk, d_n, d_w, read, _, chunks = _events(columns, chunks)
+    if not np.any(read):
+        return ((tuple([0] * chunks), tuple([0] * chunks)),)
+    return tuple((tuple(r[:chunks]), tuple(r[chunks:]))
+                 for r in _distinct_moments(chunk, d_n, d_w, read, chunks).tolist())
 
 
 def peak_chunk_moment(moments: Sequence[tuple[Sequence[int], Sequence[int]]],

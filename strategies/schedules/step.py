@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter
 from typing import Sequence
+
+import numpy as np
 
 from strategies.errors import SpecError
 
@@ -14,6 +17,8 @@ from strategies.errors import SpecError
 #: Step kinds: forward, backward (the input gradient only when the schedule splits the
 #: backward, ``Schedule.splits_backward``) and the weight gradient of a split backward.
 STEP_KINDS = ("F", "B", "W")
+#: ``Step.kind`` -> its index in ``STEP_KINDS``
+_KIND_CODE = {k: i for i, k in enumerate(STEP_KINDS)}
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,48 @@ def check_common(stage: int, pp: int, num_microbatches: int) -> None:
         raise SpecError("num_microbatches", num_microbatches, "must be >= 1")
 
 
+def warmup_steady_cooldown_positions(n: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """1F1B ordering of ``n`` forwards and ``n`` backwards with ``w`` warm-up forwards
+    (``0 <= w <= n``): ``(is_forward, index)`` of each of the ``2n`` places, ``w`` forwards,
+    then pairs ``F(w+k) B(k)``, then the remaining backwards.
+
+    >>> [("F" if f else "B") + str(i) for f, i in zip(*warmup_steady_cooldown_positions(3, 1))]
+    ['F0', 'F1', 'B0', 'F2', 'B1', 'B2']
+    """
+    r = n - w
+    k = np.arange(n)
+    f_at = np.where(k < w, k, 2 * k - w)                   # warm-up, then every other place
+    b_at = np.where(k < r, w + 2 * k + 1, w + r + k)       # steady pairs, then the cool-down
+    is_forward = np.zeros(2 * n, dtype=bool)
+    index = np.empty(2 * n, dtype=np.int64)
+    is_forward[f_at] = True
+    index[f_at] = k
+    index[b_at] = k
+    return is_forward, index
+
+
 def warmup_steady_cooldown(forwards: Sequence[Step], backwards: Sequence[Step],
                            num_warmup_microbatches: int) -> list[Step]:
-    """1F1B ordering: ``w`` forwards, then pairs ``F(w+k) B(k)``, then remaining backwards."""
-    w = num_warmup_microbatches
-    remaining = len(forwards) - w
-    steps = list(forwards[:w])
-    for k in range(remaining):
-        steps.append(forwards[w + k])
-        steps.append(backwards[k])
-    steps.extend(backwards[remaining:])
-    return steps
+    """1F1B ordering: ``w`` forwards, then pairs ``F(w+k) B(k)``, then remaining backwards
+    (``warmup_steady_cooldown_positions``; ``0 <= w <= len(forwards)``)."""
+    is_forward, index = warmup_steady_cooldown_positions(len(forwards), num_warmup_microbatches)
+    return [forwards[i] if f else backwards[i] for f, i in zip(is_forward.tolist(),
+                                                                index.tolist())]
+
+
+def step_columns(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An order as columns: ``(kind, microbatch, chunk, overlap)``, ``kind`` the index in
+    ``STEP_KINDS`` (F 0, B 1, W 2; int8), ``microbatch`` and ``chunk`` int64, ``overlap``
+    bool (``steps_of_columns`` inverts it)."""
+    n = len(steps)
+    return (np.fromiter(map(_KIND_CODE.__getitem__, map(attrgetter("kind"), steps)), np.int8, n),
+            np.fromiter(map(attrgetter("microbatch"), steps), np.int64, n),
+            np.fromiter(map(attrgetter("chunk"), steps), np.int64, n),
+            np.fromiter(map(attrgetter("overlap"), steps), bool, n))
+
+
+def steps_of_columns(kind: np.ndarray, microbatch: np.ndarray, chunk: np.ndarray,
+                     overlap: np.ndarray) -> list[Step]:
+    """The ``Step`` list of ``step_columns``' columns (interned, ``make_step``)."""
+    return [make_step(STEP_KINDS[k], i, c, o) for k, i, c, o in
+            zip(kind.tolist(), microbatch.tolist(), chunk.tolist(), overlap.tolist())]
