@@ -111,8 +111,7 @@ def alone_groups(job: Job, rep_of: np.ndarray, identical_nodes: bool,
     if any(not set(rep_of[list(g)].tolist()) <= set(g) for g in held):
         return None
     flows = ring_flows(job, STATS) if flows is None else flows
-    hold = alone_counts_hold if identical_nodes else node_counts_hold
-    return held if hold(job, rep_of, flows) else None
+    return held if alone_counts_hold(job, rep_of, flows, not identical_nodes) else None
 
 
 def _incidences(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -127,15 +126,19 @@ def _incidences(job: Job, flows: np.ndarray) -> tuple[np.ndarray, ...]:
     return gpu, role, np.concatenate([a, a[relay], a]), np.concatenate([b, b[relay], b])
 
 
-def alone_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
+def alone_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray,
+                      by_node: bool = False) -> bool:
     """(S1) and (S2) of the module doc for ``flows`` (``(src, dst)`` rows) and the orbits
-    ``rep_of``."""
+    ``rep_of``; ``by_node``: (S1n) and (S2n) instead, the orbits each inside a node (the
+    caller checks that)."""
     n = rep_of.size
     if not len(flows):
         return True
-    gpu, role, src, _ = _incidences(job, flows)
+    gpu, role, src, dst = _incidences(job, flows)
     if gpu.max() >= n:
         return False                      # a relay or destination outside the job
+    if by_node:
+        return _node_counts_hold(job.cluster.gpus_per_node, rep_of, gpu, role, src, dst)
     real = np.zeros((n, 9), dtype=np.int64)
     np.add.at(real, (gpu, role), 1)
     if not np.all(real == real[0]):       # (S1)
@@ -146,19 +149,13 @@ def alone_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
     return bool(np.all(folded[np.unique(rep_of)] == real[0]))      # (S2)
 
 
-def node_counts_hold(job: Job, rep_of: np.ndarray, flows: np.ndarray) -> bool:
-    """(S1n) and (S2n) of the module doc for ``flows`` (``(src, dst)`` rows) and the orbits
-    ``rep_of``, each inside a node (the caller checks that): every GPU of a node owns, per
-    role, shape and pair of nodes (the flow's source's and destination's), as many flows as
-    every other GPU of the job in its node, and each representative as many in the folded
-    run as in the full run."""
+def _node_counts_hold(G: int, rep_of: np.ndarray, gpu: np.ndarray, role: np.ndarray,
+                      src: np.ndarray, dst: np.ndarray) -> bool:
+    """(S1n), (S2n) on ``_incidences``' arrays (``G`` GPUs a node): every GPU of a node owns,
+    per role, shape and pair of nodes (the flow's source's and destination's), as many flows
+    as every other GPU of the job in its node, and each representative as many in the
+    folded run as in the full run."""
     n = rep_of.size
-    if not len(flows):
-        return True
-    gpu, role, src, dst = _incidences(job, flows)
-    if gpu.max() >= n:
-        return False                      # a relay or destination outside the job
-    G = job.cluster.gpus_per_node
     nodes = -(-n // G)
     width = 9 * nodes * nodes             # keys: a flow class and a role
     key = (role * nodes + src // G) * nodes + dst // G

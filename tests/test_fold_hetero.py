@@ -12,7 +12,7 @@ import pytest
 
 from simulator.fold import fold_spec, hop_owner, network_rules
 from simulator.fold_rings import equitable, ring_flows
-from simulator.fold_stats import alone_groups, node_counts_hold
+from simulator.fold_stats import alone_counts_hold, alone_groups
 from strategies.job import Job, make_job
 from strategies.plan.parse import parse_plan
 from strategies.presets import model_preset
@@ -34,6 +34,8 @@ HETERO = [  # (cluster, plan, ranks simulated)
     ("dgx-h100:2+dgx-a100:2", "tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1", 16),
     ("dgx-h100:1+dgx-a100:1", "tp=4,pp=1,dp=4,mbs=1,gbs=16,zero=1", 4),
     ("dgx-h100:2+dgx-a100:2", "tp=4,pp=2,dp=4,mbs=1,gbs=16,zero=1,schedule=interleaved,vpp=2", 8),
+    # identical nodes, uneven micro-batches per replica: within-node translations only too
+    ("dgx-h100:1+dgx-h100:1", "tp=2,pp=1,dp=8,mbs=1,gbs=32,zero=1,group_microbatches=5/3", 8),
 ]
 
 
@@ -71,12 +73,12 @@ def test_node_counts_refuse():
     counts than the real links; all three where the node-wide counts of the true ring hold."""
     job = _job("dgx-h100:2+dgx-a100:2", "tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1")
     spec, flows = fold_spec(job), ring_flows(job, "stats")
-    assert node_counts_hold(job, spec.rep_of, flows)
+    assert alone_counts_hold(job, spec.rep_of, flows, by_node=True)
     bent = flows.copy()
     bent[0] = bent[0, ::-1]
-    assert not node_counts_hold(job, spec.rep_of, bent)
+    assert not alone_counts_hold(job, spec.rep_of, bent, by_node=True)
     across = spec.rep_of % 16          # node 1's ranks stand for node 0's and so on
     assert alone_groups(job, across, False, flows) is None
     lopsided = np.where(np.arange(32) % 8 < 4, spec.rep_of, np.arange(32))
     real = alone_groups(job, np.arange(32), False, flows)     # (S1n) alone holds here
-    assert real is not None and not node_counts_hold(job, lopsided, flows)
+    assert real is not None and not alone_counts_hold(job, lopsided, flows, by_node=True)
