@@ -34,7 +34,8 @@ when they fail (``strict=True`` asks for those alone).
 **The gradient norm's ring** (group ``stats``) is checked like the others; where neither its
 order nor its flows' orbits are kept (the world's ring with ``pp > 1`` across nodes) the fold
 rests on its flows running alone, which ``simulator.fold_stats`` proves and the engine checks
-(``FoldSpec.alone``; ``simulate`` runs again folded less if it fails).
+(``FoldSpec.alone``; ``simulate`` runs again folded less if it fails); on nodes that differ,
+with flows counted node by node.
 
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
