@@ -114,6 +114,10 @@ def test_fitted_knee_makes_every_b200_row_faster():
     B200's GEMMs: every dense B200 row's error falls, none by more than a point, so the knee
     is not what the too-fast tp 1 rows miss."""
     rows = bd.knee_what_if()
-    assert len(rows) == 6
+    ids = [r[0] for r in rows]
+    # §5.79's six NeMo 25.02 rows, and every dense B200 row added since (heldout_2026e's 8)
+    assert sum(i.startswith("nemo2502_") for i in ids) == 6
+    assert len(ids) == len(set(ids)) == sum(
+        bd.SHORT[c.job.cluster.gpu.name] == "B200" for _, c in bd.dense_blackwell_cases())
     for _, base, alt in rows:
         assert -1.0 < alt - base < 0.0

@@ -11,7 +11,9 @@ from typing import Any, Mapping
 from topologies.errors import SpecError
 from topologies.gpu_profile import load_gpu_profile
 from topologies.gpus.catalog import GPUS, find_gpu, get_gpu
-from topologies.gpus.spec import GIB, GPU, MAX_EXP_RATE, MAX_TILE, TERA, gpu_from_datasheet
+from topologies.gpus.host_link import GB
+from topologies.gpus.spec import (GIB, GPU, MAX_EXP_RATE, MAX_HOST_LINK, MAX_TILE, TERA,
+                                   gpu_from_datasheet)
 from topologies.limits import (MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, MIN_FRACTION, MIN_HBM_TBPS,
                                MIN_TFLOPS, check_name, check_number)
 from topologies.precision import BLOCK_FORMATS
@@ -22,7 +24,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
     fp8_matmul_efficiency, fp4_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor,
     block_formats, tdp_w, fp8_tn_only, wave_tile, exp_tera_per_s (the SFU exponential rate, TeraExponentials/s;
-    ``GPU.exp_rate``)].
+    ``GPU.exp_rate``), host_link_gb_per_s (GB/s per direction to host memory,
+    ``GPU.host_link_bandwidth``; absent: activation offloading refused)].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
     GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
@@ -33,7 +36,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fp4_matmul_efficiency", "fa2_attention_efficiency",
                "sm_count", "vendor", "block_formats", "tdp_w", "fp8_tn_only", "wave_tile",
-               "exp_tera_per_s"}
+               "exp_tera_per_s", "host_link_gb_per_s"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -43,7 +46,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
           "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
           "fp4_matmul_efficiency": 1.0, "fa2_attention_efficiency": 1.0, "sm_count": 4096,
-          "tdp_w": 1e5, "exp_tera_per_s": MAX_EXP_RATE / TERA}
+          "tdp_w": 1e5, "exp_tera_per_s": MAX_EXP_RATE / TERA,
+          "host_link_gb_per_s": MAX_HOST_LINK / GB}
     # sanity floors on the rates whose reciprocals the cost model takes (a TFLOP/s, TB/s or
     # efficiency of 5e-324 made a step of NaN seconds)
     floor = {"hbm_tbps": MIN_HBM_TBPS, "matmul_efficiency": MIN_FRACTION,
@@ -56,7 +60,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
               "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
               "fp8_matmul_efficiency", "fp4_matmul_efficiency", "fa2_attention_efficiency",
-              "sm_count", "tdp_w", "exp_tera_per_s"):
+              "sm_count", "tdp_w", "exp_tera_per_s", "host_link_gb_per_s"):
         if k in d:
             nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True,
                                    sane_lo=floor.get(k))
@@ -81,7 +85,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
                             "columns)")
         wave = (int(sides[0]), int(sides[1]))
     bf16 = nums["bf16_tflops"]
-    return gpu_from_datasheet(
+    gpu = gpu_from_datasheet(
         check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
         nums.get("tf32_tflops", bf16 / 2),
         bf16, nums.get("fp8_tflops"), nums["hbm_gib"], nums["hbm_tbps"],
@@ -93,6 +97,9 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
         fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
         tn_only=tn_only, wave=wave,
         exp=nums["exp_tera_per_s"] * TERA if "exp_tera_per_s" in nums else None)
+    if "host_link_gb_per_s" in nums:
+        gpu = replace(gpu, host_link_bandwidth=nums["host_link_gb_per_s"] * GB)
+    return gpu
 
 
 def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
@@ -180,4 +187,6 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["wave_tile"] = list(gpu.wave_tile)
     if gpu.exp_rate is not None:
         d["exp_tera_per_s"] = gpu.exp_rate / TERA
+    if gpu.host_link_bandwidth is not None:
+        d["host_link_gb_per_s"] = gpu.host_link_bandwidth / GB
     return d
