@@ -30,9 +30,7 @@ from strategies.cost.stage.inputs import StageInputs
 from strategies.errors import SpecError
 from strategies.memory.offload_saved import dense_layer_stash_bytes, routed_offload_bytes
 from strategies.memory.rank_components import runs_exchange
-from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
-                                               runs_te_experts)
-from strategies.memory.te_linear_saved import job_te_linear_inputs
+from strategies.memory.stack_terms import stack_memory
 from strategies.model import ModelSpec
 
 
@@ -65,11 +63,10 @@ def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
     if bw is None:
         raise SpecError("offload_modules", P.offload_modules, f"{gpu.name} has no host link "
                         "bandwidth in the catalog (topologies.gpus.host_link)")
+    st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
     nbytes = routed_offload_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
                                   P.recompute, P.recompute_modules, P.offload_modules,
-                                  activation_cache_bytes(fw.fp8_activation_cache, si.dtype),
-                                  expert_input_bytes(runs_te_experts(fw), si.dtype,
-                                                     fw.te_version, gpu.fp8_tn_only))
+                                  st.act_cache, st.expert_input)
     return (exposed_copy_seconds(nbytes, bw, fwd_period),
             exposed_copy_seconds(nbytes, bw, bwd_period - expert_mlp_bwd(mk, si)))
 
@@ -116,10 +113,10 @@ def layer_offload_exposed(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any) -> 
                         "(topologies.gpus.host_link)")
     a2a = runs_exchange(P.cp_comm, fw.cp_impl, "a2a") | runs_exchange(P.cp_comm, fw.cp_impl,
                                                                       "a2a+p2p")
+    st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
     nbytes = dense_layer_stash_bytes(m, P.mbs, P.tp, P.cp, P.sp, P.recompute, P.flash_attn,
-                                     P.recompute_modules, fw.remat_named,
-                                     activation_cache_bytes(fw.fp8_activation_cache, si.dtype),
-                                     job_te_linear_inputs(fw, si.dtype, gpu.fp8_tn_only), a2a)
+                                     P.recompute_modules, st.remat_named, st.act_cache,
+                                     st.te_inputs, a2a)
     f_out, b_out = si.zeros + 0.0, si.zeros + 0.0
     for n in np.unique(n_all[n_all > 0]):
         f, b = offload_exposed_total(nbytes, bw, fwd, bwd, m.num_layers, int(n))
