@@ -34,6 +34,15 @@ from strategies.memory.stack_terms import stack_memory
 from strategies.model import ModelSpec
 
 
+def host_link(gpu: Any, field: str, value: Any) -> float:
+    """``gpu``'s host link in bytes/s per direction (``GPU.host_link_bandwidth``); a plan that
+    offloads (``field``, ``value``) on a GPU without one is refused (``SpecError``)."""
+    if gpu.host_link_bandwidth is None:
+        raise SpecError(field, value, f"{gpu.name} has no host link bandwidth in the catalog "
+                        "(topologies.gpus.host_link; a custom GPU sets host_link_gb_per_s)")
+    return gpu.host_link_bandwidth
+
+
 def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
     """Backward seconds (data and weight gradient) of one layer of ``mk``'s routed experts'
     fc1 and fc2 grouped GEMMs, priced as the layer's (``gemm_time``; the router and the
@@ -59,10 +68,7 @@ def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
     P, fw, gpu = si.P, si.fw, si.gpu
     if not mk.is_moe or not np.any(P.offload_modules):
         return 0.0, 0.0
-    bw = gpu.host_link_bandwidth
-    if bw is None:
-        raise SpecError("offload_modules", P.offload_modules, f"{gpu.name} has no host link "
-                        "bandwidth in the catalog (topologies.gpus.host_link)")
+    bw = host_link(gpu, "offload_modules", P.offload_modules)
     st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
     nbytes = routed_offload_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
                                   P.recompute, P.recompute_modules, P.offload_modules,
@@ -106,11 +112,7 @@ def layer_offload_exposed(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any) -> 
     ``num_layers`` layers the record's mean layer stands for. 0 where a plan offloads none."""
     P, fw, gpu = si.P, si.fw, si.gpu
     n_all = np.asarray(P.cpu_offloading_num_layers, dtype=float) + si.zeros
-    bw = gpu.host_link_bandwidth
-    if bw is None:
-        raise SpecError("cpu_offloading_num_layers", P.cpu_offloading_num_layers,
-                        f"{gpu.name} has no host link bandwidth in the catalog "
-                        "(topologies.gpus.host_link)")
+    bw = host_link(gpu, "cpu_offloading_num_layers", P.cpu_offloading_num_layers)
     a2a = runs_exchange(P.cp_comm, fw.cp_impl, "a2a") | runs_exchange(P.cp_comm, fw.cp_impl,
                                                                       "a2a+p2p")
     st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
