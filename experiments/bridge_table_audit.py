@@ -11,13 +11,20 @@ cell (the 25.09/25.11 tables' FP8-MX variant) is read for the MXFP8 row.
 
 Prints one line per row: ``ok`` or ``differs`` with each differing field (record vs table)
 and the table's ``file@commit:line``; then the counts. Rows whose record cites no table of
-the clone are listed as ``not found``.
+the clone are listed as ``not found``. Then, per model and sequence length, the FLOPs per
+token NVIDIA's two cells imply (model TFLOP/s/GPU / tokens/s/GPU; one count per model, so
+a misread cell stands out) beside the model FLOPs paraplan counts for the record's
+config (``strategies.cost.flop_counts.model_flops_per_step``), and every row more than 2 %
+from its model's median. Last, per container section of the archive, how many of its
+pre-training tokens/s cells a bfloat16 holds exactly (8 significant bits: by chance about
+one in 2**(digits-8)): a column written through a bf16 carries up to 2**-9 of rounding.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import subprocess
@@ -164,6 +171,63 @@ def audit(clone: str) -> tuple[int, int, int]:
     return tuple(counts)
 
 
+def flop_ratios() -> None:
+    """Per model and sequence length: NVIDIA's FLOPs per token (min-max over its rows),
+    paraplan's over NVIDIA's, and each row more than 2 % from the model's median."""
+    import sys
+    sys.path.insert(0, ROOT)
+    from strategies.cost.flop_counts import model_flops_per_step
+    from strategies.reference.entry_specs import entry_model, filled_model
+    by: dict = {}
+    for f in sorted(glob.glob(os.path.join(DATA, "*.json"))):
+        rows = json.load(open(f))
+        if not isinstance(rows, list):
+            continue
+        for r in rows:
+            m = r.get("measured") or {}
+            if "Megatron-Bridge" not in str((r.get("source") or {}).get("ref", "")) \
+                    or not (m.get("tokens_per_s_per_gpu") and m.get("tflops_per_gpu")):
+                continue
+            notes: list[str] = []
+            mo = filled_model(r, notes, rows)
+            gbs = r["plan"]["global_batch"]
+            ours = float(model_flops_per_step(entry_model(mo, r, notes), gbs)) / (
+                gbs * mo["seq_len"])
+            nv = m["tflops_per_gpu"] * 1e12 / m["tokens_per_s_per_gpu"]
+            by.setdefault((r["model"]["name"].lower(), mo["seq_len"]), []).append(
+                (nv, ours / nv, r["id"]))
+    print("\n| model | seq | rows | NVIDIA GFLOP/token | paraplan / NVIDIA |\n|---|---|---|---|---|")
+    odd = []
+    for (name, seq), v in sorted(by.items()):
+        nvs = sorted(x[0] for x in v)
+        med = nvs[len(nvs) // 2]
+        odd += [(i, nv / med - 1) for nv, _, i in v if abs(nv / med - 1) > 0.02]
+        print(f"| {name} | {seq} | {len(v)} | {nvs[0] / 1e9:.2f}-{nvs[-1] / 1e9:.2f} | "
+              f"{min(x[1] for x in v):.3f}-{max(x[1] for x in v):.3f} |")
+    for i, d in odd:
+        print(f"more than 2 % from its model's median: {i} {100 * d:+.1f} %")
+
+
+def bf16_exact(x: float) -> bool:
+    """Whether a positive number is a bfloat16 value: at most 8 significant bits."""
+    e = math.floor(math.log2(x))
+    q = x / 2.0 ** (e - 7)
+    return q == int(q)
+
+
+def bf16_cells(clone: str, commit: str = DEFAULT_COMMIT) -> None:
+    """Per container of the archive at ``commit``: tokens/s cells a bf16 holds / cells."""
+    text = subprocess.run(["git", "-C", clone, "show",
+                           f"{commit}:docs/performance-summary-archive.md"],
+                          capture_output=True, text=True).stdout
+    print(f"\n| container (archive @ {commit}) | tokens/s cells a bf16 holds exactly |\n|---|---|")
+    for rel in dict.fromkeys(k[0] for k in tables(text)):
+        vals = [cell(c[-2], False) for (r, _), (_, body) in tables(text).items() if r == rel
+                for _, c in body]
+        vals = [float(v) for v in vals if re.fullmatch(r"\d+", v)]
+        print(f"| {rel} | {sum(bf16_exact(v) for v in vals)} of {len(vals)} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clone", required=True, help="a Megatron-Bridge git clone (or mirror)")
@@ -171,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     ok, differ, missing = audit(a.clone)
     print(f"\n{ok + differ + missing} Bridge rows: {ok} agree with their table, {differ} "
           f"differ, {missing} not found")
+    flop_ratios()
+    bf16_cells(a.clone)
 
 
 if __name__ == "__main__":
