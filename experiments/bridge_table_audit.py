@@ -39,6 +39,18 @@ PRECISIONS = {"fp8": ("FP8", "FP8-CS"), "mxfp8": ("MXFP8", "FP8-MX"), "bf16": ("
               "nvfp4": ("NVFP4",)}
 
 
+def bridge_rows():
+    """Each Megatron-Bridge row of the reference files with a plan: (file name, the file's
+    rows, the row)."""
+    for f in sorted(glob.glob(os.path.join(DATA, "*.json"))):
+        rows = json.load(open(f))
+        if not isinstance(rows, list):
+            continue
+        for r in rows:
+            if "Megatron-Bridge" in str((r.get("source") or {}).get("ref", "")) and "plan" in r:
+                yield os.path.basename(f), rows, r
+
+
 def tables(text: str) -> dict[tuple[str, str], tuple[list[str], list[tuple[int, list[str]]]]]:
     """The pre-training tables of a performance-summary page: ``(container, heading)`` to
     (header cells, [(line number, cells)])."""
@@ -110,6 +122,31 @@ def compare(r: dict, c: dict[str, str], mx: bool) -> list[str]:
     return out
 
 
+def _precision(r: dict) -> str:
+    return str(r.get("precision")).split()[0].lower()
+
+
+def find_row(tabs: dict, rel: str, r: dict) -> tuple[int, dict[str, str]] | None:
+    """The one table row of container ``rel`` that is record ``r``'s (system, GPU count,
+    batch, model, precision; the record's quoted row where two match): (line, cells)."""
+    want = (SYSTEMS.get(r["hardware"]["gpu"], r["hardware"]["gpu"]), r["hardware"]["n_gpus"],
+            r["plan"]["global_batch"])
+    found = []
+    for (crel, head), (hdr, body) in tabs.items():
+        for line, cells in body:
+            c = dict(zip(hdr, cells))
+            got = (c.get("System", head), int(c["#-GPUs"]), int(c["GBS"]))
+            pc = c.get("Precision")
+            if crel == rel and got == want \
+                    and _model_key(c.get("Model", head))[:6] in _model_key(r["model"]["name"]) \
+                    and (pc is None or "(" in pc or pc in PRECISIONS.get(_precision(r), ())):
+                found.append((line, c))
+    row = str(r["source"].get("row") or "").strip()
+    if row and len(found) > 1:
+        found = [x for x in found if "| " + " | ".join(x[1].values()) + " |" == row]
+    return found[0] if len(found) == 1 else None
+
+
 def audit(clone: str) -> tuple[int, int, int]:
     """Print each Bridge row's check; return (agree, differ, not found)."""
     cache: dict = {}
@@ -122,52 +159,29 @@ def audit(clone: str) -> tuple[int, int, int]:
         return cache[commit, path]
 
     counts = [0, 0, 0]
-    for f in sorted(glob.glob(os.path.join(DATA, "*.json"))):
-        rows = json.load(open(f))
-        if not isinstance(rows, list):
-            continue
-        for r in rows:
-            src = r.get("source") or {}
-            if "Megatron-Bridge" not in str(src.get("ref", "")) or "plan" not in r:
-                continue
-            t = str(src.get("table", ""))
-            m = re.search(r"(docs/[\w\-./]+\.md) \(([\d.]+) NeMo container\)", t)
-            cm = re.search(r"commit ([0-9a-f]{7,40})", t)
-            commit = cm.group(1) if cm else DEFAULT_COMMIT
-            hit = None
-            if m:
-                path, rel = m.group(1), m.group(2)
+    for fname, _, r in bridge_rows():
+        src = r["source"]
+        t = str(src.get("table", ""))
+        m = re.search(r"(docs/[\w\-./]+\.md) \(([\d.]+) NeMo container\)", t)
+        cm = re.search(r"commit ([0-9a-f]{7,40})", t)
+        commit = cm.group(1) if cm else DEFAULT_COMMIT
+        hit = None
+        if m:
+            path, rel = m.group(1), m.group(2)
+            tabs = page(commit, path)
+            if not any(k[0] == rel for k in tabs):      # an older release: the archive
+                path = "docs/performance-summary-archive.md"
                 tabs = page(commit, path)
-                if not any(k[0] == rel for k in tabs):      # an older release: the archive
-                    path = "docs/performance-summary-archive.md"
-                    tabs = page(commit, path)
-                prec = str(r.get("precision")).split()[0].lower()
-                want = (SYSTEMS.get(r["hardware"]["gpu"], r["hardware"]["gpu"]),
-                        r["hardware"]["n_gpus"], r["plan"]["global_batch"])
-                found = []
-                for (crel, head), (hdr, body) in tabs.items():
-                    for line, cells in body:
-                        c = dict(zip(hdr, cells))
-                        model = c.get("Model", head)
-                        got = (c.get("System", head), int(c["#-GPUs"]), int(c["GBS"]))
-                        pc = c.get("Precision")
-                        if crel == rel and got == want \
-                                and _model_key(model)[:6] in _model_key(r["model"]["name"]) \
-                                and (pc is None or "(" in pc or pc in PRECISIONS.get(prec, ())):
-                            found.append((line, c))
-                row = str(src.get("row") or "").strip()
-                if row and len(found) > 1:
-                    found = [x for x in found if "| " + " | ".join(x[1].values()) + " |" == row]
-                hit = found[0] if len(found) == 1 else None
-            where = f"{r['id']} ({os.path.basename(f)})"
-            if hit is None:
-                counts[2] += 1
-                print(f"not found  {where}")
-                continue
-            diff = compare(r, hit[1], prec == "mxfp8")
-            counts[1 if diff else 0] += 1
-            print(f"{'differs' if diff else 'ok':10} {where} {path}@{commit}:{hit[0]}"
-                  + (": " + "; ".join(diff) if diff else ""))
+            hit = find_row(tabs, rel, r)
+        where = f"{r['id']} ({fname})"
+        if hit is None:
+            counts[2] += 1
+            print(f"not found  {where}")
+            continue
+        diff = compare(r, hit[1], _precision(r) == "mxfp8")
+        counts[1 if diff else 0] += 1
+        print(f"{'differs' if diff else 'ok':10} {where} {path}@{commit}:{hit[0]}"
+              + (": " + "; ".join(diff) if diff else ""))
     return tuple(counts)
 
 
@@ -179,15 +193,9 @@ def flop_ratios() -> None:
     from strategies.cost.flop_counts import model_flops_per_step
     from strategies.reference.entry_specs import entry_model, filled_model
     by: dict = {}
-    for f in sorted(glob.glob(os.path.join(DATA, "*.json"))):
-        rows = json.load(open(f))
-        if not isinstance(rows, list):
-            continue
-        for r in rows:
-            m = r.get("measured") or {}
-            if "Megatron-Bridge" not in str((r.get("source") or {}).get("ref", "")) \
-                    or not (m.get("tokens_per_s_per_gpu") and m.get("tflops_per_gpu")):
-                continue
+    for _, rows, r in bridge_rows():
+        m = r.get("measured") or {}
+        if m.get("tokens_per_s_per_gpu") and m.get("tflops_per_gpu"):
             notes: list[str] = []
             mo = filled_model(r, notes, rows)
             gbs = r["plan"]["global_batch"]
@@ -196,7 +204,8 @@ def flop_ratios() -> None:
             nv = m["tflops_per_gpu"] * 1e12 / m["tokens_per_s_per_gpu"]
             by.setdefault((r["model"]["name"].lower(), mo["seq_len"]), []).append(
                 (nv, ours / nv, r["id"]))
-    print("\n| model | seq | rows | NVIDIA GFLOP/token | paraplan / NVIDIA |\n|---|---|---|---|---|")
+    print("\n| model | seq | rows | NVIDIA GFLOP/token | paraplan / NVIDIA |\n"
+          "|---|---|---|---|---|")
     odd = []
     for (name, seq), v in sorted(by.items()):
         nvs = sorted(x[0] for x in v)

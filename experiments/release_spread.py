@@ -3,17 +3,18 @@
 floor it sets for any model that predicts from the plan alone (calibration §5.214).
 
 Rows are grouped where they ran the same workload on the same machine: the model as the
-reader resolves it (``ModelSpec`` without its name: layers, widths, experts, MTP, sequence
+reader resolves it (``ModelSpec`` under one name: layers, widths, experts, MTP, sequence
 length), the GPU, the GPU count, the resolved precision, and the layout (tp, pp, cp, ep,
 etp, vp, mbs, gbs, ZeRO stage and shard, MoE capacity factor: dropless or token-dropping).
 A group (rows of two releases or more: ``release``, the id's first word) differs only in
-the software stack of its release and in run-to-run noise, neither of which a plan states. One prediction ``p`` per group minimises the group's summed ``|m - p| / m`` at the
+the software stack of its release and in run-to-run noise, neither of which a plan states.
+One prediction ``p`` per group minimises the group's summed ``|m - p| / m`` at the
 median of the measured steps weighted by ``1/m`` (``best_prediction``); its errors are the
 floor (``floor_errors``): no plan-only model, however right its physics, can have a lower
 MAPE on those rows. For two rows ``m1 < m2`` it is ``p = m1``, errors ``0`` and
 ``1 - m1/m2``, the group's floor ``(1 - m1/m2) / 2``.
 
-    python experiments/release_spread.py                 # held-out files, about 40 s
+    python experiments/release_spread.py                 # held-out files, about a minute
     python experiments/release_spread.py --all           # published.json too
     python experiments/release_spread.py --file PATH     # one file (the test's)
 
@@ -64,8 +65,9 @@ class Row:
 
 def layout_key(job: Job, n_gpus: int) -> tuple:
     """What two runs share when they ran the same workload on the same machine: the
-    resolved model under one placeholder name, GPU, GPU count, precision, tp, pp, cp, ep, etp (unset:
-    tp, as Megatron), vp, mbs, gbs, ZeRO stage and shard, MoE capacity factor."""
+    resolved model under one placeholder name, GPU, GPU count, precision, tp, pp, cp, ep,
+    etp (unset: tp, as Megatron), vp, mbs, gbs, ZeRO stage and shard, MoE capacity
+    factor."""
     p = job.plan
     return (dataclasses.replace(job.model, name="model"), job.cluster.gpu.name, n_gpus, job.dtype,
             p.tp, p.pp, p.cp, p.ep, p.etp or p.tp, p.vpp, p.mbs, p.gbs, p.zero, p.dp_shard,
