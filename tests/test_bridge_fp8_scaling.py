@@ -89,3 +89,25 @@ def test_a_plain_fp8_cell_of_the_2026_harness_tables_is_current_scaling() -> Non
                                                   "table": "docs/performance-summary.md "
                                                            "(25.11 NeMo container)"}})
     assert not harness_fp8_is_current({"source": {"ref": "NVIDIA NeMo", "table": "(26.04)"}})
+
+
+def test_the_26_02_tables_plain_fp8_is_current_scaling_too() -> None:
+    """The 26.02 (v0.3.0) and 26.02.01 (v0.3.1) harnesses offer no delayed-scaling recipe
+    either (calibration §5.214): each plain "FP8" row of heldout_2026c/d (eleven Llama rows,
+    the 26.02.01 Qwen3-30B H100 row) reads as current scaling and says why, and so builds the
+    same job as its 26.02 twin that states current scaling in its precision text."""
+    from strategies.reference.perf_harness import harness_fp8_is_current
+    plain = []
+    for name in ("heldout_2026c.json", "heldout_2026d.json"):
+        rows = json.load(open(os.path.join(DATA, name)))
+        for r in rows:
+            if r["precision"] == "fp8" and "(26.02" in r["source"]["table"]:
+                c = case_from_entry(r, rows)
+                assert harness_fp8_is_current(r) and c.job.dtype == "fp8-current", r["id"]
+                assert any("no delayed-scaling recipe" in a for a in c.assumptions), r["id"]
+                plain.append(r["id"])
+    assert len(plain) == 12 and "mbridge260201_qwen330ba3b_h100_16_fp8" in plain
+    held_c = json.load(open(os.path.join(DATA, "heldout_2026c.json")))
+    stated = next(r for r in held_c if r["id"] == "mbridge2602_qwen330ba3b_h100_16_fp8")
+    assert "current scaling" in stated["precision"]
+    assert case_from_entry(stated, held_c).job.dtype == "fp8-current"

@@ -23,9 +23,13 @@ FP8_CS_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/perf
                  "argument_parser.py --compute_dtype choices bf16/fp8_cs/fp8_mx/fp8_sc/nvfp4, "
                  "no delayed scaling")
 #: the containers whose published tables came from a harness with no delayed-scaling recipe
-#: (Megatron-Bridge v0.4.2 for 26.04(.01), v0.5.0 for 26.06; ``FP8_CS_SOURCE``): a plain "FP8"
-#: cell of theirs ran current scaling, whether or not the recipe table holds the row's config
-FP8_CS_CONTAINERS = ("26.04", "26.06")
+#: (Megatron-Bridge v0.3.0 for 26.02, v0.3.1 for 26.02.01, v0.4.0/v0.4.2 for 26.04(.01),
+#: v0.5.0 for 26.06; ``FP8_CS_SOURCE``; at v0.3.0 and v0.3.1 too
+#: ``scripts/performance/argument_parser.py`` L509-515 offers bf16, fp8_cs, fp8_mx, fp8_sc,
+#: nvfp4 and ``utils/precision.py`` L26-43 builds nothing else, calibration §5.214): a plain
+#: "FP8" cell of theirs ran current scaling, whether or not the recipe table holds the row's
+#: config. "26.02" names 26.02.01 too.
+FP8_CS_CONTAINERS = ("26.02", "26.04", "26.06")
 
 
 def harness_fp8_is_current(row: dict) -> bool:
