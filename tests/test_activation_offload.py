@@ -110,7 +110,8 @@ def test_peak_lower_by_exactly_the_offloaded_bytes():
 
 
 @pytest.mark.parametrize("framework,plan,field,words", [
-    ("megatron-core", BASE + ",offload_modules=core_attn", "offload_modules", "not modelled"),
+    ("megatron-core", BASE + ",offload_modules=gdp_qkv", "offload_modules", "not modelled"),
+    ("megatron-core", BASE + ",offload_modules=attn_proj", "offload_modules", "needs core_attn"),
     ("megatron-core", BASE + ",offload_modules=attn_mlp", "offload_modules", "unknown module"),
     ("megatron-core", BASE + ",offload_modules=fused_group_mlp", "offload_modules",
      "fused grouped MLP"),
@@ -129,7 +130,8 @@ def test_bad_input_exits_2_naming_field_value_rule(framework, plan, field, words
     ("mixtral-8x7b", "tp=1,recompute_modules=moe,offload_modules=moe_act",
      "recompute_modules has moe"),
     ("llama3-8b", "offload_modules=moe_act", "llama3-8b is dense"),
-    ("mixtral-8x7b", "offload_modules=qkv_linear", "not modelled"),
+    ("mixtral-8x7b", "offload_modules=gdp_qkv", "not modelled"),
+    ("deepseek-v3", "offload_modules=qkv_linear", "not modelled with MLA"),
 ])
 def test_search_fix_refuses_before_any_plan(model, fix, words, capsys):
     rc = main(["search", "--model", model, "--cluster", "dgx-h100:1", "--global-batch", "64",

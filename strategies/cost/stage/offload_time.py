@@ -24,11 +24,13 @@ import numpy as np
 from strategies.cost import gemm_shapes
 from strategies.cost.gemm_time import fixed_shares, gemms_time_bwd_split, whole_split
 from strategies.cost.layer_offload import offload_exposed_total
-from strategies.cost.offload import exposed_copy_seconds
+from strategies.cost.offload import MODULES, exposed_copy_seconds, offload_mask, offloads
+from strategies.cost.recompute import part_selected
 from strategies.cost.quant_scope import scope_formats
 from strategies.cost.stage.inputs import StageInputs
 from strategies.errors import SpecError
-from strategies.memory.offload_saved import dense_layer_stash_bytes, routed_offload_bytes
+from strategies.memory.offload_saved import (ATTENTION_BITS, dense_layer_stash_bytes,
+                                             offloaded_bytes, routed_offload_bytes)
 from strategies.memory.rank_components import runs_exchange
 from strategies.memory.stack_terms import stack_memory
 from strategies.model import ModelSpec
@@ -43,21 +45,30 @@ def host_link(gpu: Any, field: str, value: Any) -> float:
     return gpu.host_link_bandwidth
 
 
-def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
-    """Backward seconds (data and weight gradient) of one layer of ``mk``'s routed experts'
-    fc1 and fc2 grouped GEMMs, priced as the layer's (``gemm_time``; the router and the
-    latent projections left out): the offloaded module's own backward."""
+def gemms_bwd(mk: ModelSpec, si: StageInputs, keep: Any) -> Any:
+    """Backward seconds (data and weight gradient) of the GEMMs of one layer of ``mk`` that
+    ``keep(part, gemm)`` picks (``gemm_shapes.layer_gemm_parts``), priced as the layer's
+    (``gemm_time``): an offloaded module's own backward."""
     P, fw = si.P, si.fw
     parts = gemm_shapes.layer_gemm_parts(mk, P.mbs, P.tp, P.cp, P.ep, None, P.etp, si.load,
                                          whole_split(P.tp, P.sp, fw))
-    keep = [i for i, (part, g) in enumerate(parts) if part == "routed_mlp" and g[4] is not None]
+    pick = [i for i, (part, g) in enumerate(parts) if keep(part, g)]
+    if not pick:
+        return 0.0
     shares = fixed_shares(parts, mk, P.ep, fw)
     formats = scope_formats(parts, mk, si.sy.quant_scope, si.dtype)
-    return si.slow * gemms_time_bwd_split([parts[i][1] for i in keep], P.tp, si.gpu, si.dtype,
+    return si.slow * gemms_time_bwd_split([parts[i][1] for i in pick], P.tp, si.gpu, si.dtype,
                                           P.tp_comm_overlap, fw, si.sy,
-                                          [shares[i] for i in keep],
+                                          [shares[i] for i in pick],
                                           None if formats is None
-                                          else [formats[i] for i in keep])[0]
+                                          else [formats[i] for i in pick])[0]
+
+
+def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
+    """Backward seconds of one layer of ``mk``'s routed experts' fc1 and fc2 grouped GEMMs
+    (``gemms_bwd``; the router and the latent projections left out): the routed modules'
+    own backward."""
+    return gemms_bwd(mk, si, lambda part, g: part == "routed_mlp" and g[4] is not None)
 
 
 def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
@@ -77,30 +88,102 @@ def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
             exposed_copy_seconds(nbytes, bw, bwd_period - expert_mlp_bwd(mk, si)))
 
 
-def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
-                 by_kind: dict) -> tuple[Any, Any, dict]:
+def attention_exposed(mk: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
+                      attn_bwd: Any) -> tuple[Any, Any]:
+    """``(forward, backward)`` exposed seconds of one layer of ``mk`` (``fwd``/``bwd``
+    seconds, ``attn_bwd`` its attention core's backward) whose plan offloads attention-side
+    modules (``cost.offload.ATTENTION_MODULES``), with its routed ones if any: every layer
+    offloads, so the groups of one layer (``memory.offload_saved.offloaded_bytes``' copied
+    bytes) cross the link against that layer's own compute. Forward: the D2H queue against
+    the layer's forward. Backward: a group's reload runs between the end of the next
+    group's module backward and the start of its own, so no reload overlaps an offloaded
+    module's own backward (``own_backward``): the reloads against the layer's backward less
+    those spans (pooled over the layer's groups)."""
+    P, fw, gpu = si.P, si.fw, si.gpu
+    bw = host_link(gpu, "offload_modules", P.offload_modules)
+    st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
+    a2a = runs_exchange(P.cp_comm, fw.cp_impl, "a2a") | runs_exchange(P.cp_comm, fw.cp_impl,
+                                                                      "a2a+p2p")
+    copied = offloaded_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
+                             P.recompute, P.recompute_modules, P.offload_modules,
+                             P.flash_attn, st.act_cache, st.expert_input, st.te_inputs,
+                             a2a)[1]
+    own = own_backward(mk, si, bwd, attn_bwd)
+    return (exposed_copy_seconds(copied, bw, fwd), exposed_copy_seconds(copied, bw, bwd - own))
+
+
+def own_backward(mk: ModelSpec, si: StageInputs, bwd: Any, attn_bwd: Any) -> Any:
+    """Seconds of one layer's backward (``bwd``; ``attn_bwd`` its attention core's) that an
+    offloaded module's own backward takes, in which no reload runs: ``core_attn`` the core's
+    backward (not where the ``core_attn`` recompute bypasses its group), ``qkv_linear`` the
+    QKV GEMMs', ``attn_proj`` the projection's; ``attn_norm`` (MLA) the attention block's
+    (its group commits after the attention, transformer_layer.py L759-762); ``mlp_norm`` (an
+    MoE layer) the rest of the layer (its group commits after the MLP, L1109-1114), else the
+    routed modules' grouped GEMMs (``expert_mlp_bwd``). At most ``bwd``."""
+    P = si.P
+    mask, rc, mods = P.offload_modules, P.recompute, P.recompute_modules
+    qkv = gemms_bwd(mk, si, lambda part, g: part == "attn" and g[4] is False)
+    proj = gemms_bwd(mk, si, lambda part, g: part == "attn" and g[4] is True)
+    half = attn_bwd + gemms_bwd(mk, si, lambda part, g: part in ("attn", "mla_up"))
+    core = np.where(offloads(mask, "core_attn") & ~part_selected(rc, mods, "scores"),
+                    attn_bwd, 0.0)
+    parts = core + np.where(offloads(mask, "qkv_linear"), qkv, 0.0) \
+        + np.where(offloads(mask, "attn_proj"), proj, 0.0)
+    attn = np.where(offloads(mask, "attn_norm") & mk.is_mla, half, parts)
+    moe = mk.layer_shares().get("moe", 0.0) > 0
+    routed = (np.asarray(mask, dtype=np.int64) & offload_mask(MODULES[:3])) > 0
+    mlp = 0.0
+    if moe:
+        mlp = np.where(offloads(mask, "mlp_norm"), np.maximum(bwd - half, 0.0),
+                       np.where(routed, expert_mlp_bwd(mk, si), 0.0))
+    return np.minimum(attn + mlp, bwd)
+
+
+def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any, by_kind: dict,
+                 attn_bwd: Any = 0.0) -> tuple[Any, Any, dict, Any, Any]:
     """The mean layer's ``fwd``/``bwd`` seconds and the ``by_kind`` records with each offloaded
-    layer's exposed copies added (``offload_exposed``): a model of one kind, its layer's own
-    compute as the period; with MoE and other layers (``by_kind["moe"]``), the stage's compute
-    per MoE layer (every kind's layers by ``ModelSpec.layer_counts``), the MoE layer charged
-    and the mean layer its share. The multi-token-prediction block's MoE layer is not charged."""
+    layer's exposed copies added, and those exposed seconds per mean layer ``(forward,
+    backward)`` (the step breakdown's ``offload``; each kind's record carries its own in
+    ``layer_offload_fwd``/``_bwd``). Routed modules only (``offload_exposed``): a model of
+    one kind, its layer's own compute as the period; with MoE and other layers
+    (``by_kind["moe"]``), the stage's compute per MoE layer (every kind's layers by
+    ``ModelSpec.layer_counts``), the MoE layer charged and the mean layer its share. With
+    attention-side modules every layer offloads (``attention_exposed``, each kind against
+    its own layer; ``attn_bwd``: the mean layer's core backward). Layer-level offloading:
+    ``layer_offload_exposed``. The multi-token-prediction block's layer is not charged."""
     if np.any(si.P.cpu_offloading_num_layers):
         f, b = layer_offload_exposed(m, si, fwd, bwd)
-        return fwd + f, bwd + b, by_kind
-    if not np.any(si.P.offload_modules) or not m.is_moe:
-        return fwd, bwd, by_kind
+        return fwd + f, bwd + b, by_kind, f, b
+    if not np.any(si.P.offload_modules):
+        return fwd, bwd, by_kind, 0.0, 0.0
     counts = {k: n for k, n in m.layer_counts().items() if n}
+    if np.any(np.asarray(si.P.offload_modules, dtype=np.int64) & ATTENTION_BITS):
+        if len(counts) < 2 or not set(counts) <= set(by_kind):
+            f, b = attention_exposed(m, si, fwd, bwd, attn_bwd)
+            return fwd + f, bwd + b, by_kind, f, b
+        out, f_all, b_all = dict(by_kind), 0.0, 0.0
+        for k, n in counts.items():
+            rec = by_kind[k]
+            f, b = attention_exposed(m.of_kind(k), si, rec.layer_fwd, rec.layer_bwd,
+                                     rec.attn_bwd)
+            out[k] = replace(rec, layer_fwd=rec.layer_fwd + f, layer_bwd=rec.layer_bwd + b,
+                             layer_offload_fwd=si.full(f), layer_offload_bwd=si.full(b))
+            f_all, b_all = f_all + n / m.num_layers * f, b_all + n / m.num_layers * b
+        return fwd + f_all, bwd + b_all, out, f_all, b_all
+    if not m.is_moe:
+        return fwd, bwd, by_kind, 0.0, 0.0
     if "moe" not in by_kind or len(counts) < 2:
         f, b = offload_exposed(m, si, fwd, bwd)
-        return fwd + f, bwd + b, by_kind
+        return fwd + f, bwd + b, by_kind, f, b
     n_moe = counts["moe"]
     per_f = sum(n * by_kind[k].layer_fwd for k, n in counts.items()) / n_moe
     per_b = sum(n * by_kind[k].layer_bwd for k, n in counts.items()) / n_moe
     f, b = offload_exposed(m.of_kind("moe"), si, per_f, per_b)
     moe = by_kind["moe"]
-    out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b))
+    out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b,
+                                    layer_offload_fwd=si.full(f), layer_offload_bwd=si.full(b)))
     share = n_moe / m.num_layers
-    return fwd + share * f, bwd + share * b, out
+    return fwd + share * f, bwd + share * b, out, share * f, share * b
 
 
 def layer_offload_exposed(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any) -> tuple[Any, Any]:
