@@ -61,7 +61,7 @@ def attention_offload_bytes(model: ModelSpec, seq_len: int, b, tp, cp, sp, rc, m
     * ``core_attn``: q, k, v (MLA: not where ``mla_up_proj`` drops them), the scores where
       the kernel is unfused, the fused kernel's output, TE's all-to-all CP output
       (``cp_a2a``); nothing where the ``core_attn`` recompute runs it under its checkpoint
-      (attention.py L1555-1565: the group is bypassed);
+      (attention.py L1555-1608: that path neither enters nor commits the group);
     * ``attn_proj``: the projection's saved input: its quantised copy, or the 16-bit output
       of the fused kernel where it saves that (TE's ``save_original_input``, or no TE
       precision): then held once (``core_attn``'s) but copied twice;
