@@ -19,7 +19,7 @@ from strategies.cost.stage.offload_time import expert_mlp_bwd
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.launch import megatron_args
-from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.offload_saved import offloaded_bytes, routed_offload_bytes
 from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan
 from strategies.plan.parse import plan_from_mapping
@@ -92,15 +92,23 @@ def test_stage_record_charges_the_exposed_copies(cluster):
     assert float(b.layer_bwd) == pytest.approx(float(a.layer_bwd + g), rel=1e-12)
 
 
-def test_peak_lower_by_exactly_the_offloaded_bytes():
+@pytest.mark.parametrize("model,plan,mods", [
+    ("mixtral-8x7b", BASE, ("expert_fc1", "moe_act")),
+    ("llama3-8b", "tp=1,dp=8,mbs=1", ("qkv_linear", "core_attn", "attn_proj")),   # §5.213
+])
+def test_peak_lower_by_exactly_the_offloaded_bytes(model, plan, mods):
     """One micro-batch in flight (pp 1): the layers' stash is lower by 32 layers' offloaded
-    bytes and ``IN_FLIGHT_GROUPS`` of them stay on the GPU (the recompute origin's transient)."""
-    off, on = _job(BASE), _job(BASE + ON)
+    bytes and ``IN_FLIGHT_GROUPS`` of them stay on the GPU (the recompute origin's
+    transient); the routed experts' groups and the attention side's alike."""
+    m, cl = model_preset(model), cluster_preset("dgx-h100", 1)
+    off = make_job(m, cl, parse_plan(plan), global_batch=64)
+    on = make_job(m, cl, parse_plan(plan + ",offload_modules=" + "+".join(mods)),
+                  global_batch=64)
     a, b = memory_components(off, 0), memory_components(on, 0)
-    load = token_counts.moe_load(8, on.plan.imbalance, on.plan.capacity_factor, MIXTRAL, 1, 1,
-                                 1, 1, False)
-    g = routed_offload_bytes(MIXTRAL, MIXTRAL.seq_length, 1, 1, 1, False, 1, load, 0, 0,
-                             offload_mask(("expert_fc1", "moe_act")))
+    load = token_counts.moe_load(8, on.plan.imbalance, on.plan.capacity_factor, m, 1, 1,
+                                 1, 1, False) if m.is_moe else 1.0
+    g = offloaded_bytes(m, m.seq_length, 1, 1, 1, False, 1, load, 0, 0, offload_mask(mods),
+                        True)[0]
     assert a["layers"].activations - b["layers"].activations == pytest.approx(32 * g, rel=1e-12)
     assert b["recompute"].activations - a["recompute"].activations == pytest.approx(
         IN_FLIGHT_GROUPS * g, rel=1e-12)

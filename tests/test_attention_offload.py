@@ -1,9 +1,9 @@
 """The attention side of Megatron-Core's fine-grained activation offloading (plan
 ``offload_modules``: ``attn_norm``, ``qkv_linear``, ``core_attn``, ``attn_proj``, ``mlp_norm``;
 ``memory.offload_saved.attention_offload_bytes``; docs/calibration.md §5.213): each module's
-bytes in closed form at tp/sp/cp settings, precisions and recomputations, the peak lower by
-exactly the offloaded bytes, a plan that fits only with it, the exposed copies as the
-breakdown's own ``offload`` entry in the estimate and the simulation to floating-point
+bytes in closed form at tp/sp/cp settings, precisions and recomputations (the peak lower by
+exactly them: ``test_activation_offload``), a plan that fits only with it, the exposed copies
+as the breakdown's own ``offload`` entry in the estimate and the simulation to floating-point
 precision, and bad input exiting 2 with field, value and rule."""
 from __future__ import annotations
 
@@ -11,18 +11,17 @@ import pytest
 
 from simulator.cli.main import main
 from simulator.simulate import simulate
-from strategies.cost.offload import IN_FLIGHT_GROUPS, offload_mask
+from strategies.cost.offload import offload_mask
 from strategies.cost.recompute import modules_mask
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.launch import megatron_args
 from strategies.memory.offload_saved import attention_offload_bytes
-from strategies.memory.scalar import fits, memory_components
+from strategies.memory.scalar import fits
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.stacks.profile import stack_system
 from topologies.cluster import cluster_preset
 
 LLAMA = model_preset("llama3-8b")       # h 4096, 32 heads of 128, 8 KV heads, no dropout
@@ -91,24 +90,6 @@ def test_norm_groups_where_the_norm_is_its_own_module():
     got = attention_offload_bytes(mx, 4096, 1, 2, 2, False, 0, 0, True,
                                   offload_mask(("mlp_norm",)))[0]
     assert got == pytest.approx(2 * 4096 * mx.hidden_size / 2, rel=1e-15)
-
-
-def test_peak_lower_by_exactly_the_offloaded_bytes():
-    """pp 1: the layers' stash is lower by 32 layers' held bytes, ``IN_FLIGHT_GROUPS`` of them
-    stay (the recompute origin's transient), the peak by ``(1 + frag)(32 - 2)g``."""
-    cl = cluster_preset("dgx-h100", 1)
-    plan = "tp=1,dp=8,mbs=1"
-    off = make_job(LLAMA, cl, parse_plan(plan), global_batch=64)
-    on = make_job(LLAMA, cl, parse_plan(plan + ",offload_modules=" + "+".join(ATTN)),
-                  global_batch=64)
-    a, b = memory_components(off, 0), memory_components(on, 0)
-    g = _bytes(ATTN)[0]
-    assert a["layers"].activations - b["layers"].activations == pytest.approx(32 * g, rel=1e-12)
-    assert b["recompute"].activations - a["recompute"].activations == pytest.approx(
-        IN_FLIGHT_GROUPS * g, rel=1e-12)
-    frag = stack_system(on.framework, on.system).fragmentation
-    drop = sum(x.total for x in a.values()) - sum(x.total for x in b.values())
-    assert drop == pytest.approx((1 + frag) * (32 - IN_FLIGHT_GROUPS) * g, rel=1e-12)
 
 
 def test_a_plan_fits_only_with_attention_offloading():

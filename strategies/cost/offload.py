@@ -138,8 +138,9 @@ def check_offload_modules(mods: Any, recompute: str,
 
 def check_offload_model(mods: tuple[str, ...] | None, model: Any) -> None:
     """``SpecError`` where the plan's ``offload_modules`` name a routed module and ``model``
-    is dense, or an attention-side module the memory model cannot split for ``model``: ``qkv_linear`` with MLA (its group holds the
-    latent down and up projections' inputs, saved by more than one linear), and any
+    is dense, or an attention-side module the memory model cannot split for ``model``:
+    ``qkv_linear`` with MLA (its group holds the latent down and up projections' inputs,
+    saved by more than one linear), and any
     attention-side module on a hybrid (its TE norm-output term is not split by the attention
     layers' share) or a DeepSeek-V4 model (hyper-connection streams, compressors)."""
     shown = "+".join(mods or ())
