@@ -20,8 +20,11 @@ from strategies.launch import megatron_args
 from strategies.memory.offload_saved import attention_offload_bytes
 from strategies.memory.scalar import fits
 from strategies.plan import parse_plan
+from strategies.plan.parse import plan_from_mapping
+from strategies.plan_file import plan_to_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
+from strategies.search.plan_rows import plan_key
 from topologies.cluster import cluster_preset
 
 LLAMA = model_preset("llama3-8b")       # h 4096, 32 heads of 128, 8 KV heads, no dropout
@@ -152,3 +155,7 @@ def test_export_lists_the_attention_modules():
     back = parse_plan("tp=1,dp=8,offload_modules=" + ",".join(listed))
     assert back.offload_modules == job.plan.offload_modules == ("qkv_linear", "core_attn",
                                                                 "attn_proj")
+    assert parse_plan(plan_key(job.plan)) == job.plan                   # the search's key
+    assert plan_from_mapping(plan_to_mapping(job.plan)) == job.plan     # a saved plan file
+    row = PlanArrays.of_plan(job.plan).offload_modules                  # the arrays' bit mask
+    assert int(row) == offload_mask(ATTN)
