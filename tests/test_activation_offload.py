@@ -15,7 +15,7 @@ from strategies.cost.offload import (IN_FLIGHT_GROUPS, exposed_copy_seconds, off
                                      routed_parts)
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
 from strategies.cost.stage.inputs import stage_inputs
-from strategies.cost.stage.offload_time import expert_mlp_bwd
+from strategies.cost.stage.offload_time import gemms_bwd
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.launch import megatron_args
@@ -73,8 +73,11 @@ def test_exposed_copy_time_closed_form():
 
 @pytest.mark.parametrize("cluster", ["dgx-h100", "dgx-a100"])
 def test_stage_record_charges_the_exposed_copies(cluster):
-    """The offloaded layer's forward grows by ``max(0, bytes/bw - forward)`` and its backward
-    by ``max(0, bytes/bw - (backward - the experts' GEMM backward))``, with the layer's
+    """The offloaded layer's forward grows by ``max(0, bytes/bw - forward)``. Its backward,
+    group by group (``offload_reload``): ``moe_act``'s reload starts where the previous
+    layer's fc1 backward ends and is due where this layer's activation backward starts (after
+    fc2's), ``max(0, t_act - (backward - fc1 backward))``; ``expert_fc1``'s starts where the
+    activation's backward ends, right where fc1's starts: all of it, ``t_fc1``. The layer's
     compute without offloading as the windows (a model of one layer kind)."""
     off_job, on_job = _job(BASE, cluster), _job(BASE + ON, cluster)
     m, cl, fw = MIXTRAL, off_job.cluster, off_job.framework
@@ -82,14 +85,19 @@ def test_stage_record_charges_the_exposed_copies(cluster):
     b = stage_cost_arrays(m, cl, "bf16", PlanArrays.of_plan(on_job.plan), fw)
     si = stage_inputs(m, cl, "bf16", PlanArrays.of_plan(on_job.plan), fw)
     P = si.P
-    nbytes = routed_offload_bytes(m, m.seq_length, 1, 1, 1, False, 1, si.load, 0, 0,
-                                  P.offload_modules)
+
+    def nbytes(names):
+        return routed_offload_bytes(m, m.seq_length, 1, 1, 1, False, 1, si.load, 0, 0,
+                                    offload_mask(names))
     bw = cl.gpu.host_link_bandwidth
-    f = exposed_copy_seconds(nbytes, bw, a.layer_fwd)
-    g = exposed_copy_seconds(nbytes, bw, a.layer_bwd - expert_mlp_bwd(m, si))
-    assert f > 0 and g > 0          # PCIe: the copies outlast the layer
+    f = exposed_copy_seconds(nbytes(("expert_fc1", "moe_act")), bw, a.layer_fwd)
+    fc1 = gemms_bwd(m, si, lambda part, g: part == "routed_mlp" and g[4] is False)
+    t_fc1 = nbytes(("expert_fc1",)) / bw
+    g = max(0.0, nbytes(("moe_act",)) / bw - (float(a.layer_bwd) - fc1)) + t_fc1
+    assert f > 0 and g >= t_fc1 > 0     # PCIe: the copies outlast the layer
     assert float(b.layer_fwd) == pytest.approx(float(a.layer_fwd + f), rel=1e-12)
-    assert float(b.layer_bwd) == pytest.approx(float(a.layer_bwd + g), rel=1e-12)
+    assert float(b.layer_bwd) == pytest.approx(float(a.layer_bwd) + g, rel=1e-12)
+    assert P.offload_modules == offload_mask(("expert_fc1", "moe_act"))
 
 
 @pytest.mark.parametrize("model,plan,mods", [

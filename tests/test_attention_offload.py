@@ -14,6 +14,8 @@ from simulator.simulate import simulate
 from strategies.cost.offload import offload_mask
 from strategies.cost.recompute import modules_mask
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
+from strategies.cost.stage.inputs import stage_inputs
+from strategies.cost.stage.offload_time import gemms_bwd
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.launch import megatron_args
@@ -159,3 +161,28 @@ def test_export_lists_the_attention_modules():
     assert plan_from_mapping(plan_to_mapping(job.plan)) == job.plan     # a saved plan file
     row = PlanArrays.of_plan(job.plan).offload_modules                  # the arrays' bit mask
     assert int(row) == offload_mask(ATTN)
+
+
+def test_adjacent_groups_reload_one_after_the_other():
+    """``attn_proj`` then ``core_attn`` in the backward (``offload_reload``): the projection's
+    group (the kernel's output, copied again) is reloaded from the previous layer's core end,
+    due at this layer's projection backward; the core's reload starts where the projection's
+    backward ends, right where the core's starts, so all of it waits:
+    ``max(0, t_proj - (bwd - proj - core)) + t_core`` a layer, in the estimate's ``offload``
+    entry and the simulation's (32 layers, 2 micro-batches)."""
+    cl = cluster_preset("dgx-h100", 1)
+    base = "tp=1,dp=8,mbs=1"
+    off = make_job(LLAMA, cl, parse_plan(base), global_batch=16)
+    on = make_job(LLAMA, cl, parse_plan(base + ",offload_modules=core_attn+attn_proj"),
+                  global_batch=16)
+    a = stage_cost_arrays(LLAMA, cl, "bf16", PlanArrays.of_plan(off.plan), off.framework)
+    si = stage_inputs(LLAMA, cl, "bf16", PlanArrays.of_plan(on.plan), on.framework)
+    bw = cl.gpu.host_link_bandwidth
+    t_core = _bytes(("core_attn",))[1] / bw
+    t_proj = (_bytes(("core_attn", "attn_proj"))[1] - _bytes(("core_attn",))[1]) / bw
+    proj = gemms_bwd(LLAMA, si, lambda part, g: part == "attn" and g[4] is True)
+    per = max(0.0, t_proj - (float(a.layer_bwd) - proj - float(a.attn_bwd))) + t_core
+    assert t_core > 0 and t_proj == pytest.approx(2 * A * D * S / bw, rel=1e-15)
+    assert estimate(on).breakdown_s["offload"] == pytest.approx(32 * 2 * per, rel=1e-12)
+    assert simulate(on).metrics["breakdown_s"]["offload"] == pytest.approx(32 * 2 * per,
+                                                                          rel=1e-12)
