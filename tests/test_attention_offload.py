@@ -15,6 +15,7 @@ from strategies.cost.offload import offload_mask
 from strategies.cost.recompute import modules_mask
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
 from strategies.cost.stage.inputs import stage_inputs
+from strategies.cost.stage.offload_reload import RELOAD_ORDER, group_spans, reload_wait
 from strategies.cost.stage.offload_time import gemms_bwd
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
@@ -186,3 +187,23 @@ def test_adjacent_groups_reload_one_after_the_other():
     assert estimate(on).breakdown_s["offload"] == pytest.approx(32 * 2 * per, rel=1e-12)
     assert simulate(on).metrics["breakdown_s"]["offload"] == pytest.approx(32 * 2 * per,
                                                                           rel=1e-12)
+
+
+def test_reload_wait_closed_forms():
+    """A 10 s layer backward: MLP side 6 s (fc2 1 s, fc1 1 s at its start), projection 1 s,
+    core 2 s, QKV 1 s. One group: ``max(0, copy - (period - its span))``. ``attn_proj`` then
+    ``core_attn``: the core's reload starts where the projection's backward ends, all of it
+    waits, after any wait of the projection's. ``mlp_norm`` with ``fused_group_mlp``: the
+    fused MLP's group is needed before any module end starts its reload: on demand."""
+    spans = group_spans(10.0, 2.0, 1.0, 1.0, 1.0, 1.0)
+    assert spans["mlp_norm"] == (0.0, 6.0) and spans["core_attn"] == (7.0, 9.0)
+
+    def wait(copies):
+        on = {n: n in copies for n in RELOAD_ORDER}
+        return float(reload_wait(spans, on, {n: copies.get(n, 0.0) for n in RELOAD_ORDER},
+                                 10.0))
+    assert wait({"core_attn": 3.0}) == 0.0
+    assert wait({"core_attn": 9.0}) == pytest.approx(9.0 - (10.0 - 2.0), rel=1e-15)
+    assert wait({"attn_proj": 1.0, "core_attn": 0.5}) == pytest.approx(0.5, rel=1e-15)
+    assert wait({"attn_proj": 8.0, "core_attn": 0.5}) == pytest.approx(1.0 + 0.5, rel=1e-15)
+    assert wait({"mlp_norm": 1.0, "fused_group_mlp": 1.0}) == pytest.approx(1.0, rel=1e-15)

@@ -86,8 +86,8 @@ def reload_wait(spans: dict, on: dict, copy: dict, period: Any) -> Any:
     reload starts waits for its whole copy (reloaded on demand). Each wait delays what
     follows it."""
     names = [n for n in RELOAD_ORDER if np.any(on[n])]
-    shape = np.broadcast(*(np.asarray(x) for n in names for x in (*spans[n], on[n],
-                                                                  copy[n])), period).shape
+    shape = np.broadcast_shapes(*(np.shape(x) for n in names
+                                  for x in (*spans[n], on[n], copy[n])), np.shape(period))
     if not names:
         return np.zeros(shape)[()]
     live = np.array([np.broadcast_to(on[n], shape) for n in names])          # (G, N)
