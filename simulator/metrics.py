@@ -22,6 +22,7 @@ Interval = tuple[float, float]
 COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "wgrad": "compute",
                  "embedding": "compute",
                  "lm_head": "compute", "recompute": "recompute", "optimizer": "optimizer",
+                 "offload": "offload",   # activation offloading's exposed copies
                  "cp": "cp_comm"}   # PyTorch's ring attention waiting on the network
 COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm",
               "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
-KINDS = ("forward", "backward", "wgrad", "recompute", "optimizer", "embedding", "lm_head",
-         "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
+KINDS = ("forward", "backward", "wgrad", "recompute", "offload", "optimizer", "embedding",
+         "lm_head", "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
 
 
 class Record(NamedTuple):

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable
 
 from strategies.cost.layer_offload import check_model_layers
+from strategies.cost.offload import check_offload_model
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
@@ -236,20 +237,22 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
     check_expert_plan(model, plan)
     check_model_layers(plan.cpu_offloading_num_layers, model.num_layers,
                        not model.is_moe and not model.is_hybrid, model.name)
+    check_offload_model(plan.offload_modules, model)
 
 
 def check_expert_plan(model: ModelSpec, plan: Plan) -> None:
     """The expert-parallel rules (Megatron-Core's ``parallel_state``): the expert tensor- and
     expert-parallel ranks ``etp·ep`` are cut from the ``tp·cp·dp`` ranks of a pipeline stage
     (the rest is the expert-data-parallel size), ``etp`` divides the expert's width, and the
-    MoE fields need an MoE model."""
+    MoE fields need an MoE model (the routed offload modules: ``cost.offload.
+    check_offload_model``)."""
     etp = plan.expert_tp
     for f in ("etp", "moe_imbalance", "moe_capacity_factor"):
         v = getattr(plan, f)
         if v is not None and not model.is_moe and not (f == "etp" and v == plan.tp):
             raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
     for f, plain in (("moe_dispatcher", "alltoall"), ("moe_routing", "random"),
-                     ("moe_pad_to_capacity", False), ("offload_modules", None)):
+                     ("moe_pad_to_capacity", False)):
         v = getattr(plan, f)
         if v != plain and not model.is_moe:
             raise SpecError(f, "+".join(v) if isinstance(v, tuple) else v,

@@ -15,11 +15,11 @@ from strategies.cost.offload import (IN_FLIGHT_GROUPS, exposed_copy_seconds, off
                                      routed_parts)
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
 from strategies.cost.stage.inputs import stage_inputs
-from strategies.cost.stage.offload_time import expert_mlp_bwd
+from strategies.cost.stage.offload_time import gemms_bwd
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.launch import megatron_args
-from strategies.memory.offload_saved import routed_offload_bytes
+from strategies.memory.offload_saved import offloaded_bytes, routed_offload_bytes
 from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan
 from strategies.plan.parse import plan_from_mapping
@@ -73,8 +73,11 @@ def test_exposed_copy_time_closed_form():
 
 @pytest.mark.parametrize("cluster", ["dgx-h100", "dgx-a100"])
 def test_stage_record_charges_the_exposed_copies(cluster):
-    """The offloaded layer's forward grows by ``max(0, bytes/bw - forward)`` and its backward
-    by ``max(0, bytes/bw - (backward - the experts' GEMM backward))``, with the layer's
+    """The offloaded layer's forward grows by ``max(0, bytes/bw - forward)``. Its backward,
+    group by group (``offload_reload``): ``moe_act``'s reload starts where the previous
+    layer's fc1 backward ends and is due where this layer's activation backward starts (after
+    fc2's), ``max(0, t_act - (backward - fc1 backward))``; ``expert_fc1``'s starts where the
+    activation's backward ends, right where fc1's starts: all of it, ``t_fc1``. The layer's
     compute without offloading as the windows (a model of one layer kind)."""
     off_job, on_job = _job(BASE, cluster), _job(BASE + ON, cluster)
     m, cl, fw = MIXTRAL, off_job.cluster, off_job.framework
@@ -82,25 +85,38 @@ def test_stage_record_charges_the_exposed_copies(cluster):
     b = stage_cost_arrays(m, cl, "bf16", PlanArrays.of_plan(on_job.plan), fw)
     si = stage_inputs(m, cl, "bf16", PlanArrays.of_plan(on_job.plan), fw)
     P = si.P
-    nbytes = routed_offload_bytes(m, m.seq_length, 1, 1, 1, False, 1, si.load, 0, 0,
-                                  P.offload_modules)
+
+    def nbytes(names):
+        return routed_offload_bytes(m, m.seq_length, 1, 1, 1, False, 1, si.load, 0, 0,
+                                    offload_mask(names))
     bw = cl.gpu.host_link_bandwidth
-    f = exposed_copy_seconds(nbytes, bw, a.layer_fwd)
-    g = exposed_copy_seconds(nbytes, bw, a.layer_bwd - expert_mlp_bwd(m, si))
-    assert f > 0 and g > 0          # PCIe: the copies outlast the layer
+    f = exposed_copy_seconds(nbytes(("expert_fc1", "moe_act")), bw, a.layer_fwd)
+    fc1 = gemms_bwd(m, si, lambda part, g: part == "routed_mlp" and g[4] is False)
+    t_fc1 = nbytes(("expert_fc1",)) / bw
+    g = max(0.0, nbytes(("moe_act",)) / bw - (float(a.layer_bwd) - fc1)) + t_fc1
+    assert f > 0 and g >= t_fc1 > 0     # PCIe: the copies outlast the layer
     assert float(b.layer_fwd) == pytest.approx(float(a.layer_fwd + f), rel=1e-12)
-    assert float(b.layer_bwd) == pytest.approx(float(a.layer_bwd + g), rel=1e-12)
+    assert float(b.layer_bwd) == pytest.approx(float(a.layer_bwd) + g, rel=1e-12)
+    assert P.offload_modules == offload_mask(("expert_fc1", "moe_act"))
 
 
-def test_peak_lower_by_exactly_the_offloaded_bytes():
+@pytest.mark.parametrize("model,plan,mods", [
+    ("mixtral-8x7b", BASE, ("expert_fc1", "moe_act")),
+    ("llama3-8b", "tp=1,dp=8,mbs=1", ("qkv_linear", "core_attn", "attn_proj")),   # §5.213
+])
+def test_peak_lower_by_exactly_the_offloaded_bytes(model, plan, mods):
     """One micro-batch in flight (pp 1): the layers' stash is lower by 32 layers' offloaded
-    bytes and ``IN_FLIGHT_GROUPS`` of them stay on the GPU (the recompute origin's transient)."""
-    off, on = _job(BASE), _job(BASE + ON)
+    bytes and ``IN_FLIGHT_GROUPS`` of them stay on the GPU (the recompute origin's
+    transient); the routed experts' groups and the attention side's alike."""
+    m, cl = model_preset(model), cluster_preset("dgx-h100", 1)
+    off = make_job(m, cl, parse_plan(plan), global_batch=64)
+    on = make_job(m, cl, parse_plan(plan + ",offload_modules=" + "+".join(mods)),
+                  global_batch=64)
     a, b = memory_components(off, 0), memory_components(on, 0)
-    load = token_counts.moe_load(8, on.plan.imbalance, on.plan.capacity_factor, MIXTRAL, 1, 1,
-                                 1, 1, False)
-    g = routed_offload_bytes(MIXTRAL, MIXTRAL.seq_length, 1, 1, 1, False, 1, load, 0, 0,
-                             offload_mask(("expert_fc1", "moe_act")))
+    load = token_counts.moe_load(8, on.plan.imbalance, on.plan.capacity_factor, m, 1, 1,
+                                 1, 1, False) if m.is_moe else 1.0
+    g = offloaded_bytes(m, m.seq_length, 1, 1, 1, False, 1, load, 0, 0, offload_mask(mods),
+                        True)[0]
     assert a["layers"].activations - b["layers"].activations == pytest.approx(32 * g, rel=1e-12)
     assert b["recompute"].activations - a["recompute"].activations == pytest.approx(
         IN_FLIGHT_GROUPS * g, rel=1e-12)
@@ -110,7 +126,8 @@ def test_peak_lower_by_exactly_the_offloaded_bytes():
 
 
 @pytest.mark.parametrize("framework,plan,field,words", [
-    ("megatron-core", BASE + ",offload_modules=core_attn", "offload_modules", "not modelled"),
+    ("megatron-core", BASE + ",offload_modules=gdp_qkv", "offload_modules", "not modelled"),
+    ("megatron-core", BASE + ",offload_modules=attn_proj", "offload_modules", "needs core_attn"),
     ("megatron-core", BASE + ",offload_modules=attn_mlp", "offload_modules", "unknown module"),
     ("megatron-core", BASE + ",offload_modules=fused_group_mlp", "offload_modules",
      "fused grouped MLP"),
@@ -129,7 +146,8 @@ def test_bad_input_exits_2_naming_field_value_rule(framework, plan, field, words
     ("mixtral-8x7b", "tp=1,recompute_modules=moe,offload_modules=moe_act",
      "recompute_modules has moe"),
     ("llama3-8b", "offload_modules=moe_act", "llama3-8b is dense"),
-    ("mixtral-8x7b", "offload_modules=qkv_linear", "not modelled"),
+    ("mixtral-8x7b", "offload_modules=gdp_qkv", "not modelled"),
+    ("deepseek-v3", "offload_modules=qkv_linear", "not modelled with MLA"),
 ])
 def test_search_fix_refuses_before_any_plan(model, fix, words, capsys):
     rc = main(["search", "--model", model, "--cluster", "dgx-h100:1", "--global-batch", "64",

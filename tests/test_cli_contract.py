@@ -37,8 +37,8 @@ SHARED = ("--model", "--cluster", "--plan", "--seq-len", "--global-batch", "--dt
           "--framework", "--json", "--straggler", "--degrade")
 MEMORY_KEYS = ("peak_gib", "params_gib", "grads_gib", "optimizer_gib", "activations_gib",
                "other_gib")
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
-                  "bubble", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "offload", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
+                  "dp_comm", "bubble", "optimizer")
 ESTIMATE_KEYS = ("step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction", "memory",
                  "memory_by_stage", "fits", "breakdown_s", "inputs")
 SIMULATE_EXTRA = ("simulated", "exposed_comm_s", "overlapped_comm_s", "events", "wall_s")

@@ -61,8 +61,8 @@ def test_estimate_json_has_the_contract_keys(capsys):
     for key in ("peak_gib", "params_gib", "grads_gib", "optimizer_gib", "activations_gib",
                 "other_gib"):
         assert key in d["memory"]
-    assert set(d["breakdown_s"]) == {"compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
-                                     "pp_comm", "dp_comm", "bubble", "optimizer"}
+    assert set(d["breakdown_s"]) == {"compute", "recompute", "offload", "tp_comm", "cp_comm",
+                                     "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
     assert len(d["memory_by_stage"]) == 2
     assert d["inputs"]["plan"]["dp"] == 2 and d["inputs"]["plan"]["gbs"] == 32
     assert d["tokens_per_s"] == pytest.approx(32 * 8192 / d["step_time_s"], rel=1e-12)

@@ -19,6 +19,7 @@ from simulator.output.flush_view import all_flushes
 
 PALETTE = {
     "forward": "#4C78A8", "backward": "#F58518", "wgrad": "#FFBF79", "recompute": "#B279A2",
+    "offload": "#D62728",   # activation offloading's exposed copies (a stalled compute stream)
     "optimizer": "#54A24B", "embedding": "#9D755D", "lm_head": "#8C6D31",
     "tp": "#E45756", "cp": "#FF9DA6", "ep": "#72B7B2", "dp": "#EECA3B",
     "pp_send": "#6F6F6F", "pp_recv": "#A9A9A9", "wait": "#E4E4E4",

@@ -89,6 +89,11 @@ class LayerBlocks:
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
+        # activation offloading's exposed copies, which the layers' times hold: an op of
+        # their own (kind ``offload``) after the block's compute, before what closes it
+        off = chunk_sum(items, (lambda x: x.layer_offload_fwd) if fwd else
+                        (lambda x: x.layer_offload_bwd))
+        secs -= off
         if not fwd and self.defer_dw > 0:
             secs, self.defer_dw = secs - self.defer_dw, 0.0
         start = tuple(self.wait)
@@ -101,6 +106,7 @@ class LayerBlocks:
             rest = secs - attn if fwd else self._lead_split(secs - attn, items, label, i, c,
                                                             0.0)
             other = self.compute(rest, kind, label, i, c)
+            other = self.offload_op(off, other, label, i, c)
             if cs.cp_a2a:
                 return self.a2a_block(fwd, items, label, i, c, start, other, attn)
             if cs.cp_hier:
@@ -136,7 +142,16 @@ class LayerBlocks:
             if not fwd:
                 secs = self._lead_split(secs, items, label, i, c, 1.0)
             main = self.compute(secs, kind, label, i, c, force=True)
+            main = self.offload_op(off, main, label, i, c)
         return self._close_block(fwd, items, label, i, c, start, main)
+
+    def offload_op(self, secs: float, after: int | None, label: str, i: int,
+                   c: int) -> int | None:
+        """The exposed copies of activation offloading (``secs``; ``cost.stage.offload_time``)
+        as a compute op of kind ``offload`` after ``after``; returns its id (what then
+        depends on the block's compute), or ``after`` where ``secs`` is 0."""
+        op = self.compute(secs, "offload", label, i, c)
+        return after if op is None else op
 
     def _lead_split(self, secs: float, items: list[tuple], label: str, i: int, c: int,
                     core: float) -> float:

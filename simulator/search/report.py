@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from simulator.search.run import SearchConfig
 
 BREAKDOWN_ORDER = ("bubble", "pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
-                   "compute", "recompute", "optimizer")
+                   "compute", "recompute", "offload", "optimizer")
 
 
 def switch_defaults(cfg: SearchConfig) -> dict[str, Any] | None:

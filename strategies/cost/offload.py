@@ -24,10 +24,12 @@ transformer_config.py`` L1321-1390 (the fields) and L2127-2197 (the rules);
 
 The copies go over the GPU's host link (``topologies.gpus.host_link``), D2H and H2D in opposite
 directions of a full-duplex link. A layer's copy is exposed where it outlasts the compute it
-overlaps (``exposed_copy_seconds``). Only the routed experts' modules are priced (their saved
-tensors are ``memory.moe_saved``'s); the attention-side ones are refused as not modelled
-(``memory.layer_terms`` holds their tensors in the 16-bit table, but TE's saved precisions and
-the SP/CP splits are applied to the layer as a whole, not per module: §5.211 Left 1).
+overlaps (``exposed_copy_seconds``). The routed experts' modules' saved tensors are
+``memory.moe_saved``'s; the attention side's (``attn_norm``, ``qkv_linear``, ``core_attn``,
+``attn_proj``, ``mlp_norm``) are the table's (``memory.layer_terms.OFFLOAD_MODULE_TERMS``) at
+Transformer Engine's saved precision (``memory.offload_saved.attention_offload_bytes``,
+docs/calibration.md §5.213). ``gdp_qkv`` (the GatedDeltaProduct mixer, not in paraplan's
+models) is refused.
 """
 from __future__ import annotations
 
@@ -42,13 +44,17 @@ Num = float | np.ndarray
 #: Megatron-Core's ``offload_modules`` choices (transformer_config.py L2132-2142)
 MEGATRON_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
                     "expert_fc1", "moe_act", "fused_group_mlp", "gdp_qkv")
-#: the modules paraplan prices, in the order of their bits in ``PlanArrays.offload_modules``;
+#: the attention side's modules paraplan prices (``memory.offload_saved.
+#: attention_offload_bytes``)
+ATTENTION_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
+#: the modules paraplan prices, in the order of their bits in ``PlanArrays.offload_modules``
+#: (the routed experts' first, as they were numbered before the attention side's);
 #: the routed experts' saved tensors each offloads, as weights of ``(fc1 input, activation
 #: input, fc2 input)`` (``moe_saved.routed_activation_bytes``' ``parts``): ``expert_fc1`` the
 #: dispatched tokens fc1 saves, ``moe_act`` the activation function's input (fc1's output),
 #: ``fused_group_mlp`` everything Transformer Engine's fused grouped MLP saves (fc1, the
 #: activation, fc2: experts.py L790-822 wraps the whole ``ops(...)`` call)
-MODULES = ("expert_fc1", "moe_act", "fused_group_mlp")
+MODULES = ("expert_fc1", "moe_act", "fused_group_mlp") + ATTENTION_MODULES
 ROUTED_PARTS = {"expert_fc1": (1.0, 0.0, 0.0), "moe_act": (0.0, 1.0, 0.0),
                 "fused_group_mlp": (1.0, 1.0, 1.0)}
 #: offload groups of one module name held on the GPU at once besides the stash: the offload
@@ -94,7 +100,8 @@ def check_offload_modules(mods: Any, recompute: str,
     """The plan's ``offload_modules`` checked and in ``MODULES`` order (None: no offloading):
     each a Megatron-Core module, one paraplan prices, named once; ``fused_group_mlp`` not with
     ``expert_fc1`` or ``moe_act`` and no routed module under the ``moe`` recompute module
-    (Megatron-Core's ``TransformerConfig.__post_init__`` L2165-2197 refuses both).
+    (Megatron-Core's ``TransformerConfig.__post_init__`` L2165-2197 refuses both), and
+    ``attn_proj`` only with ``core_attn`` (L2148-2153).
     ``SpecError`` naming the field, the value and the rule."""
     if mods is None:
         return None
@@ -108,13 +115,16 @@ def check_offload_modules(mods: Any, recompute: str,
             raise SpecError("offload_modules", m, "unknown module; Megatron-Core's are "
                             + ", ".join(MEGATRON_MODULES))
         if m not in MODULES:
-            raise SpecError("offload_modules", m, "not modelled: paraplan prices the routed "
-                            f"experts' modules only ({', '.join(MODULES)}); the attention "
-                            "side's saved tensors are not split by module at Transformer "
-                            "Engine's saved precision (docs/calibration.md §5.211)")
+            raise SpecError("offload_modules", m, "not modelled: it offloads the "
+                            "GatedDeltaProduct mixer's causal-conv input, a mixer paraplan's "
+                            f"models do not have (priced: {', '.join(MODULES)})")
     twice = next((m for i, m in enumerate(mods) if m in mods[:i]), None)
     if twice is not None:
         raise SpecError("offload_modules", shown, f"names {twice} twice (each module once)")
+    if "attn_proj" in mods and "core_attn" not in mods:
+        raise SpecError("offload_modules", shown, "attn_proj needs core_attn: the "
+                        "projection's input is the core attention's output, which its own "
+                        "backward keeps (Megatron-Core transformer_config.py L2148-2153)")
     if "fused_group_mlp" in mods and {"expert_fc1", "moe_act"} & set(mods):
         raise SpecError("offload_modules", shown, "fused_group_mlp offloads the whole fused "
                         "grouped MLP and cannot be combined with expert_fc1 or moe_act "
@@ -124,6 +134,30 @@ def check_offload_modules(mods: Any, recompute: str,
                         "recompute_modules has moe (Megatron-Core transformer_config.py: the "
                         "moe checkpoint wraps the whole MoE forward)")
     return tuple(m for m in MODULES if m in mods)
+
+
+def check_offload_model(mods: tuple[str, ...] | None, model: Any) -> None:
+    """``SpecError`` where the plan's ``offload_modules`` name a routed module and ``model``
+    is dense, or an attention-side module the memory model cannot split for ``model``:
+    ``qkv_linear`` with MLA (its group holds the latent down and up projections' inputs,
+    saved by more than one linear), and any
+    attention-side module on a hybrid (its TE norm-output term is not split by the attention
+    layers' share) or a DeepSeek-V4 model (hyper-connection streams, compressors)."""
+    shown = "+".join(mods or ())
+    if not model.is_moe and any(m in ROUTED_PARTS for m in (mods or ())):
+        raise SpecError("offload_modules", shown, "the routed experts' modules apply to "
+                        f"mixture-of-experts layers; {model.name} is dense")
+    side = [m for m in (mods or ()) if m in ATTENTION_MODULES]
+    if not side:
+        return
+    if model.is_hybrid or model.is_dsv4:
+        raise SpecError("offload_modules", shown, f"not modelled for {model.name}: the "
+                        f"attention side's groups ({', '.join(side)}) are priced for "
+                        "transformer layers only, not hybrid or DeepSeek-V4 ones")
+    if model.is_mla and "qkv_linear" in side:
+        raise SpecError("offload_modules", shown, f"qkv_linear is not modelled with MLA "
+                        f"({model.name}): its group holds the latent projections' inputs, "
+                        "saved by more than one linear")
 
 
 def copy_seconds(nbytes: Num, bandwidth: float) -> Num:

@@ -198,7 +198,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                rcp.plan_share(L, P), P.recompute_modules,
                                profile.recompute_early_stop, profile.recompute_flash_fwd),
         "bubble_fraction": (span.pipe - comm.lone - mb * st.t_min) / step,
-        "compute": share * st.comp_layer + mb * (st.t_max - n_slow * st.per_layer),
+        # activation offloading's exposed copies, which the layers' times hold
+        # (``cost.stage.offload_time.with_offload``): their own entry, out of compute
+        "compute": share * (st.comp_layer - sc.layer_offload_fwd - sc.layer_offload_bwd)
+        + mb * (st.t_max - n_slow * st.per_layer),
+        "offload": share * (sc.layer_offload_fwd + sc.layer_offload_bwd),
         "recompute": share * sc.layer_recompute,
         "tp_comm": share * comm.tp, "cp_comm": share * comm.cp,
         "ep_comm": share * comm.ep + comm.lone,

@@ -19,8 +19,8 @@ from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import get_schedule
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
-                  "bubble", "optimizer")
+BREAKDOWN_KEYS = ("compute", "recompute", "offload", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
+                  "dp_comm", "bubble", "optimizer")
 
 
 def plan_arrays(plan: Plan) -> PlanArrays:

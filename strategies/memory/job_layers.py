@@ -10,7 +10,7 @@ from strategies.cost.cp_a2a import saved_delta
 from strategies.cost.recompute import modules_mask
 from strategies.cost.offload import offload_mask
 from strategies.memory.moe_saved import routed_stash_correction
-from strategies.memory.offload_saved import layer_kept_share, routed_offload_bytes
+from strategies.memory.offload_saved import layer_kept_share, offloaded_bytes
 from strategies.memory.recompute_saved import layer_activation_bytes
 from strategies.memory.mixer_saved import mixer_saved_delta
 from strategies.memory.stack_terms import job_stack_memory
@@ -89,8 +89,9 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     # too (``cp_a2a.saved_delta``, as ``rank_activations`` adds it on the arrays path)
     a2a = float(saved_delta(mdl, mbs, tp, cp, code, mods, flash_attn)[0]) if cp_a2a else 0.0
     # what fine-grained activation offloading moves to host memory (``offload_saved``)
-    off = routed_offload_bytes(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code, mods,
-                               offload, cache, expert_input)
+    off = float(offloaded_bytes(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code, mods,
+                                offload, flash_attn, cache, expert_input, te_inputs,
+                                cp_a2a)[0])
     # layer-level CPU offloading of the first ``cpu_layers`` of ``num_layers`` (the mean
     # layer's share kept, ``offload_saved.layer_kept_share``)
     kept = layer_kept_share(cpu_layers, num_layers)

@@ -75,6 +75,25 @@ _ATTENTION_TERMS = ("ln1_input", "qkv_input", "q", "k_v", "softmax_output",
                     "attention_dropout_mask")
 
 
+#: The table's tensors each attention-side offload group of Megatron-Core's fine-grained
+#: activation offloading (``--offload-modules``, ``strategies.cost.offload``) catches: the
+#: tensors autograd saves inside the module's forward (NVIDIA/Megatron-LM@d98e8a64dd
+#: ``transformer/transformer_layer.py`` L709-722, L818-830; ``transformer/attention.py``
+#: L1386-1395, L1552-1616, L1626-1629). ``attn_norm``: a separate input norm's input (the
+#: TE spec fuses the norm into the QKV ``LayerNormLinear`` and Megatron-Core turns the group
+#: off, L1547-1549, except MLA's); ``qkv_linear``: the fused ``LayerNormLinear``'s norm input
+#: and its output (``inputmat``, ``ln_out``); ``core_attn``: the kernel's q, k, v, output
+#: (``proj_input``) and, unfused, its scores; ``attn_proj``: the projection's input (the
+#: attention's output); ``mlp_norm``: an MoE layer's pre-MLP norm input (a dense layer's norm
+#: is fused into fc1, L1553-1555). ``memory.offload_saved.attention_offload_bytes`` splits
+#: them by precision, parallel split and recomputation.
+OFFLOAD_MODULE_TERMS = {
+    "attn_norm": ("ln1_input",), "qkv_linear": ("ln1_input", "qkv_input"),
+    "core_attn": ("q", "k_v", "softmax_output", "softmax_dropout_mask",
+                  "attention_dropout_output", "proj_input"),
+    "attn_proj": ("proj_input",), "mlp_norm": ("ln2_input",)}
+
+
 def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
                            cache: float | None = None) -> dict[str, float]:
     """Bytes of each saved tensor of one transformer layer for one micro-batch, before any

@@ -19,7 +19,7 @@ from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           stash_kinds)
 from strategies.memory.mixer_saved import mixer_saved_delta
 from strategies.memory.offload_saved import (layer_kept_share, resident_layer_bytes,
-                                             resident_offload_bytes, routed_offload_bytes)
+                                             offloaded_bytes, resident_offload_bytes)
 from strategies.memory.stage_stash import stashed_count
 from strategies.memory.stage_ends import stage_output_bytes
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
@@ -121,8 +121,9 @@ class RankActivations:
             te = te + np.where(self.cp_a2a, a2a_act, 0.0)
             te_none = te_none + np.where(self.cp_a2a, a2a_none, 0.0)
         # what fine-grained activation offloading moves to host memory (plan offload_modules)
-        off = routed_offload_bytes(view, s, b, tp, cp, sp, P.etp, load, rc, P.recompute_modules,
-                                   P.offload_modules, act_cache, expert_input)
+        off = offloaded_bytes(view, s, b, tp, cp, sp, P.etp, load, rc, P.recompute_modules,
+                              P.offload_modules, flash, act_cache, expert_input, te_inputs,
+                              self.cp_a2a)[0]
         # layer-level CPU offloading (plan cpu_offloading_num_layers): the first N layers'
         # stash leaves, the last of them comes back ahead of its backward (``offload_saved``)
         whole = act + extra + te - off

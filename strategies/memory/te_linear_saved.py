@@ -110,16 +110,44 @@ def te_linear_saved_delta(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mas
     experts: ``moe_saved``) and a pending weight gradient's inputs are not read."""
     if te_inputs is None:
         return 0.0
+    norm_delta, fc2_delta, proj_delta, _, whole = _te_deltas(model, seq_len, b, tp, sp, rc,
+                                                             mask, flash, te_inputs)
+    return np.where(whole, 0.0, (norm_delta + fc2_delta + proj_delta) / cp)[()]
+
+
+def te_module_deltas(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mask, flash,
+                     te_inputs: tuple[float, float, float, float] | None) -> tuple:
+    """``(QKV, projection)``: the two terms of ``te_linear_saved_delta`` that belong to one
+    attention module each (bytes per GPU and micro-batch, numbers or arrays): the QKV
+    ``LayerNormLinear``'s norm output at its saved precision beyond the table's ``qkv_input``
+    (0 with MLA, whose norm output feeds its down projections), and the output projection's
+    quantised copy. What Megatron-Core's fine-grained offload groups ``qkv_linear`` and
+    ``attn_proj`` copy of them (``memory.offload_saved.attention_offload_bytes``). (0, 0)
+    where ``te_inputs`` is None."""
+    if te_inputs is None:
+        return 0.0, 0.0
+    _, _, proj_delta, qkv_delta, whole = _te_deltas(model, seq_len, b, tp, sp, rc, mask,
+                                                    flash, te_inputs)
+    return (np.where(whole, 0.0, qkv_delta / cp)[()],
+            np.where(whole, 0.0, proj_delta / cp)[()])
+
+
+def _te_deltas(model: ModelSpec, seq_len: int, b, tp, sp, rc, mask, flash,
+               te_inputs: tuple[float, float, float, float]) -> tuple:
+    """``(norms, fc2, projection, QKV norm, whole)`` of ``te_linear_saved_delta`` before the
+    ``/cp`` split (``QKV norm``: the QKV ``LayerNormLinear``'s share of ``norms``; ``whole``:
+    the layer recomputed whole, nothing saved). One place for each term."""
     linear, norm_local, norm_gathered, proj = te_inputs
     terms = layer_activation_terms(model, seq_len, 1)
     sb = seq_len * b
     seq_div = np.where(sp, tp, 1.0)
     norm = np.where(sp, norm_gathered, norm_local)
     dense_share = model.layer_shares().get("dense", 0.0)
-    ln_elems = (0.0 if model.is_mla else sb * model.hidden_size) \
-        + dense_share * sb * model.hidden_size
-    norm_delta = np.where(part_selected(rc, mask, "norm_outputs"), 0.0,
-                          (norm - 2.0) * ln_elems / seq_div)
+    qkv_elems = 0.0 if model.is_mla else sb * model.hidden_size
+    ln_elems = qkv_elems + dense_share * sb * model.hidden_size
+    norm_on = np.logical_not(part_selected(rc, mask, "norm_outputs"))
+    norm_delta = np.where(norm_on, (norm - 2.0) * ln_elems / seq_div, 0.0)
+    qkv_delta = np.where(norm_on, (norm - 2.0) * qkv_elems / seq_div, 0.0)
     fc2_delta = np.where(part_selected(rc, mask, "dense_mlp"), 0.0,
                          (linear - 2.0) * sb * gemm_shapes.mlp_part_widths(model)["dense_mlp"]
                          / tp)
@@ -127,5 +155,4 @@ def te_linear_saved_delta(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mas
     proj_elems = b * terms["proj_input"] / 2.0
     proj_delta = 0.0 if not proj else (proj - np.where(kept, 0.0, 2.0)) * proj_elems / tp
     rc = np.asarray(rc)
-    whole = (rc == 2) | (rc == 3)
-    return np.where(whole, 0.0, (norm_delta + fc2_delta + proj_delta) / cp)[()]
+    return norm_delta, fc2_delta, proj_delta, qkv_delta, (rc == 2) | (rc == 3)

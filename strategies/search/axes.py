@@ -19,6 +19,7 @@ from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedules
 from strategies.schedules.base import Schedule
 from strategies.cost.layer_offload import check_model_layers
+from strategies.cost.offload import check_offload_model
 from strategies.search.fix_parse import MOE_KEYS
 from strategies.search.layouts import slot_vpps
 from strategies.search.options import SCHEDULE_SETS, SpaceOptions
@@ -103,6 +104,11 @@ def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
                                not model.is_moe and not model.is_hybrid, model.name)
         except SpecError as e:
             raise SpecError("--fix", f"cpu_offloading_num_layers={e.value}", e.rule) from None
+    if fx.get("offload_modules"):   # make_job's rule, before any plan is built
+        try:
+            check_offload_model(fx["offload_modules"], model)
+        except SpecError as e:
+            raise SpecError("--fix", f"offload_modules={e.value}", e.rule) from None
     if "recompute_modules" in fx:  # job.check_modules_against_model's rule, before any plan
         try:
             check_modules_against_model(model, fx["recompute_modules"])

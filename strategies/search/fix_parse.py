@@ -20,7 +20,7 @@ from topologies.limits import check_int, parse_int_text
 
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
-            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity", "offload_modules")
+            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
             *SWITCH_KEYS, "hierarchical_cp", "recompute_layers", "recompute_method",

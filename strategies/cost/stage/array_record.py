@@ -41,7 +41,10 @@ class KindCostArrays:
     # GEMM work; 0 (an MTP module): the layer's gradients complete together at its end
     layer_lead_params: np.ndarray = 0.0
     layer_lead_work: np.ndarray = 0.0
-
+    # activation offloading's exposed copies in layer_fwd / layer_bwd (the breakdown's
+    # ``offload``; ``cost.stage.offload_time.with_offload``)
+    layer_offload_fwd: np.ndarray = 0.0
+    layer_offload_bwd: np.ndarray = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,6 +167,10 @@ class StageCostArrays:
     # the mean layer's lead (``KindCostArrays.layer_lead_params``, ``layer_lead_work``)
     layer_lead_params: np.ndarray = 0.0
     layer_lead_work: np.ndarray = 0.0
+    # the exposed copies of activation offloading that layer_fwd / layer_bwd hold (the step
+    # breakdown's ``offload``; ``cost.stage.offload_time.with_offload``)
+    layer_offload_fwd: np.ndarray = 0.0
+    layer_offload_bwd: np.ndarray = 0.0
     # sequence parallelism's backward re-gathers (``FrameworkProfile.sp_regather``): the bytes
     # of one (the forward all-gather's; 0 where none runs) and, per kind of re-gather, the
     # mean layer's share of it and the data-gradient GEMM seconds it overlaps

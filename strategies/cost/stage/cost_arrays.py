@@ -75,11 +75,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     st_b = st_b + cp_rc * st_f
     ex_f, ex_b = async_tp.overlap_exposed(fw, dtype)   # TP overlap's blocking shares
     # activation offloading's exposed copies on each offloaded layer (plan offload_modules)
-    l_f, l_b, by_kind = with_offload(m, si, full(lt.fwd + md_f), full(lt.bwd + md_b),
-                                     kinds_by_name(si, (head_f, head_b, head_w)))
+    l_f, l_b, by_kind, off_f, off_b = with_offload(m, si, full(lt.fwd + md_f),
+                                                   full(lt.bwd + md_b),
+                                                   kinds_by_name(si, (head_f, head_b, head_w)),
+                                                   a_b)
 
     return StageCostArrays(
         layer_fwd=full(l_f), layer_bwd=full(l_b),
+        layer_offload_fwd=full(off_f), layer_offload_bwd=full(off_b),
         layer_recompute=full(share * lt.recompute),
         recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),

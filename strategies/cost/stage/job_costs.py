@@ -28,6 +28,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
 
     return StageCosts(
         layer_fwd=f("layer_fwd"), layer_bwd=f("layer_bwd"), layer_recompute=f("layer_recompute"),
+        layer_offload_fwd=f("layer_offload_fwd"), layer_offload_bwd=f("layer_offload_bwd"),
         layer_wgrad=f("layer_wgrad"), embedding_wgrad=f("embedding_wgrad"),
         head_wgrad=f("head_wgrad"),
         attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),

@@ -86,7 +86,8 @@ def kind_arrays(mk: ModelSpec, si: StageInputs) -> KindCostArrays:
                                                                     si.disp) * si.dedup_bytes, 0.0)
         + si.zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
         layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)),
-        layer_lead_params=full(lead_p), layer_lead_work=full(lead_w))
+        layer_lead_params=full(lead_p), layer_lead_work=full(lead_w),
+        layer_offload_fwd=full(0.0), layer_offload_bwd=full(0.0))
 
 
 def kinds_by_name(si: StageInputs, head: tuple) -> dict[str, KindCostArrays]:
@@ -155,4 +156,5 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
         attn_bwd=rep(layer.attn_bwd), ep_bytes=rep(layer.ep_bytes),
         layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp),
         layer_recompute_each=rep(layer.layer_recompute_each),
-        layer_lead_params=full(0.0), layer_lead_work=full(0.0))
+        layer_lead_params=full(0.0), layer_lead_work=full(0.0),
+        layer_offload_fwd=full(0.0), layer_offload_bwd=full(0.0))

@@ -4,15 +4,16 @@
 added to the stage-cost record's layer times, which the estimate, the lower bound and the
 simulator all read (one source).
 
-An offloaded MoE layer's group (``memory.offload_saved.routed_offload_bytes``) crosses the host
-link (``GPU.host_link_bandwidth``) once each way. Forward: the D2H copy starts when the module's
-forward ends and the next group's waits behind it on the one ``d2h_stream``; in steady state
-each group has the forward compute from one offloaded layer to the next to hide in, and what it
-outlasts that accumulates until the backward's reloads wait on it (each H2D first waits for
-its group's D2H event). Backward: the H2D of layer ``k-1`` starts when layer ``k``'s module
-backward ends and must be done when layer ``k-1``'s module backward starts: the backward from
-one offloaded layer to the next less the module's own backward (its routed fc1 and fc2
-grouped GEMMs). Exposed per layer: ``cost.offload.exposed_copy_seconds`` of each.
+An offloaded layer's groups (``memory.offload_saved.offloaded_bytes``: the routed experts'
+modules, the attention side's) cross the host link (``GPU.host_link_bandwidth``) once each way.
+Forward: each group's D2H copy starts when its module's forward ends and queues on the one
+``d2h_stream``; in steady state the groups have the forward compute from one offloaded layer
+to the next to hide in, and what they outlast accumulates until the backward's reloads wait
+on it (each H2D first waits for its group's D2H event): ``cost.offload.
+exposed_copy_seconds``. Backward: one group's reload starts at each offloaded module's
+backward end and must be done where its own module's backward starts, group by group
+(``offload_reload.reload_wait``); with the routed experts only, the period is from one
+offloaded (MoE) layer to the next (every kind's layers between).
 """
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ from strategies.cost.layer_offload import offload_exposed_total
 from strategies.cost.offload import exposed_copy_seconds
 from strategies.cost.quant_scope import scope_formats
 from strategies.cost.stage.inputs import StageInputs
+from strategies.cost.stage.offload_reload import (RELOAD_ORDER, group_spans, groups_on,
+                                                  module_copies, reload_wait)
 from strategies.errors import SpecError
-from strategies.memory.offload_saved import dense_layer_stash_bytes, routed_offload_bytes
+from strategies.memory.offload_saved import (ATTENTION_BITS, dense_layer_stash_bytes,
+                                             offloaded_bytes)
 from strategies.memory.rank_components import runs_exchange
 from strategies.memory.stack_terms import stack_memory
 from strategies.model import ModelSpec
@@ -43,64 +47,117 @@ def host_link(gpu: Any, field: str, value: Any) -> float:
     return gpu.host_link_bandwidth
 
 
-def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
-    """Backward seconds (data and weight gradient) of one layer of ``mk``'s routed experts'
-    fc1 and fc2 grouped GEMMs, priced as the layer's (``gemm_time``; the router and the
-    latent projections left out): the offloaded module's own backward."""
+def gemms_bwd(mk: ModelSpec, si: StageInputs, keep: Any) -> Any:
+    """Backward seconds (data and weight gradient) of the GEMMs of one layer of ``mk`` that
+    ``keep(part, gemm)`` picks (``gemm_shapes.layer_gemm_parts``), priced as the layer's
+    (``gemm_time``): an offloaded module's own backward."""
     P, fw = si.P, si.fw
     parts = gemm_shapes.layer_gemm_parts(mk, P.mbs, P.tp, P.cp, P.ep, None, P.etp, si.load,
                                          whole_split(P.tp, P.sp, fw))
-    keep = [i for i, (part, g) in enumerate(parts) if part == "routed_mlp" and g[4] is not None]
+    pick = [i for i, (part, g) in enumerate(parts) if keep(part, g)]
+    if not pick:
+        return 0.0
     shares = fixed_shares(parts, mk, P.ep, fw)
     formats = scope_formats(parts, mk, si.sy.quant_scope, si.dtype)
-    return si.slow * gemms_time_bwd_split([parts[i][1] for i in keep], P.tp, si.gpu, si.dtype,
+    return si.slow * gemms_time_bwd_split([parts[i][1] for i in pick], P.tp, si.gpu, si.dtype,
                                           P.tp_comm_overlap, fw, si.sy,
-                                          [shares[i] for i in keep],
+                                          [shares[i] for i in pick],
                                           None if formats is None
-                                          else [formats[i] for i in keep])[0]
+                                          else [formats[i] for i in pick])[0]
 
 
-def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any,
-                    bwd_period: Any) -> tuple[Any, Any]:
-    """``(forward, backward)`` exposed seconds of one layer of ``mk`` (the model's mean layer or
-    its MoE kind) whose offloaded group has ``fwd_period``/``bwd_period`` seconds of compute
-    until the next offloaded layer's (module docstring); 0 where the plan offloads nothing."""
+def expert_mlp_bwd(mk: ModelSpec, si: StageInputs) -> Any:
+    """Backward seconds of one layer of ``mk``'s routed experts' fc1 and fc2 grouped GEMMs
+    (``gemms_bwd``; the router and the latent projections left out): the routed modules'
+    own backward."""
+    return gemms_bwd(mk, si, lambda part, g: part == "routed_mlp" and g[4] is not None)
+
+
+def offload_exposed(mk: ModelSpec, si: StageInputs, fwd_period: Any, bwd_period: Any,
+                    attn_bwd: Any = 0.0) -> tuple[Any, Any]:
+    """``(forward, backward)`` exposed seconds of one offloaded layer of ``mk`` (the model's
+    mean layer or one kind of it) with ``fwd_period``/``bwd_period`` seconds of compute until
+    the next offloaded layer's (module docstring; the layer's own where every layer
+    offloads, the attention side), ``attn_bwd`` its attention core's backward. Forward: the
+    D2H queue of the layer's groups (``memory.offload_saved.offloaded_bytes``' copied bytes)
+    against the forward period, ``exposed_copy_seconds``. Backward: group by group, each
+    reload between the module end that starts it and its own module's start
+    (``offload_reload.reload_wait``). 0 where the layer offloads nothing."""
     P, fw, gpu = si.P, si.fw, si.gpu
-    if not mk.is_moe or not np.any(P.offload_modules):
+    mask = np.asarray(P.offload_modules, dtype=np.int64)
+    side = bool(np.any(mask & ATTENTION_BITS))
+    if not np.any(mask) or not (mk.is_moe or side):
         return 0.0, 0.0
     bw = host_link(gpu, "offload_modules", P.offload_modules)
     st = stack_memory(fw, si.dtype, gpu.fp8_tn_only, None)    # the stack's memory terms
-    nbytes = routed_offload_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
-                                  P.recompute, P.recompute_modules, P.offload_modules,
-                                  st.act_cache, st.expert_input)
-    return (exposed_copy_seconds(nbytes, bw, fwd_period),
-            exposed_copy_seconds(nbytes, bw, bwd_period - expert_mlp_bwd(mk, si)))
+    a2a = runs_exchange(P.cp_comm, fw.cp_impl, "a2a") | runs_exchange(P.cp_comm, fw.cp_impl,
+                                                                      "a2a+p2p")
+
+    def copied(m):
+        return offloaded_bytes(mk, mk.seq_length, P.mbs, P.tp, P.cp, P.sp, P.etp, si.load,
+                               P.recompute, P.recompute_modules, m, P.flash_attn,
+                               st.act_cache, st.expert_input, st.te_inputs, a2a)[1]
+
+    moe = mk.layer_shares().get("moe", 0.0) > 0
+    on = groups_on(mask, mk.is_mla, moe, P.recompute, P.recompute_modules)
+    names = tuple(n for n in RELOAD_ORDER if np.any(on[n]))
+
+    def gemms(keep, use=True):
+        return gemms_bwd(mk, si, keep) if use else 0.0
+    spans = group_spans(
+        bwd_period, attn_bwd, gemms(lambda part, g: part == "attn" and g[4] is True, side),
+        gemms(lambda part, g: part in ("attn", "mla_up") and g[4] is not True, side),
+        gemms(lambda part, g: part == "routed_mlp" and g[4] is False, moe),
+        gemms(lambda part, g: part == "routed_mlp" and g[4] is True, moe))
+    wait = reload_wait(spans, on, module_copies(copied, names, bw), bwd_period)
+    return exposed_copy_seconds(copied(mask), bw, fwd_period), wait
 
 
-def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any,
-                 by_kind: dict) -> tuple[Any, Any, dict]:
+def with_offload(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any, by_kind: dict,
+                 attn_bwd: Any = 0.0) -> tuple[Any, Any, dict, Any, Any]:
     """The mean layer's ``fwd``/``bwd`` seconds and the ``by_kind`` records with each offloaded
-    layer's exposed copies added (``offload_exposed``): a model of one kind, its layer's own
-    compute as the period; with MoE and other layers (``by_kind["moe"]``), the stage's compute
-    per MoE layer (every kind's layers by ``ModelSpec.layer_counts``), the MoE layer charged
-    and the mean layer its share. The multi-token-prediction block's MoE layer is not charged."""
+    layer's exposed copies added, and those exposed seconds per mean layer ``(forward,
+    backward)`` (the step breakdown's ``offload``; each kind's record carries its own in
+    ``layer_offload_fwd``/``_bwd``). Routed modules only (``offload_exposed``): a model of
+    one kind, its layer's own compute as the period; with MoE and other layers
+    (``by_kind["moe"]``), the stage's compute per MoE layer (every kind's layers by
+    ``ModelSpec.layer_counts``), the MoE layer charged and the mean layer its share. With
+    attention-side modules every layer offloads (``offload_exposed``, each kind against
+    its own layer; ``attn_bwd``: the mean layer's core backward). Layer-level offloading:
+    ``layer_offload_exposed``. The multi-token-prediction block's layer is not charged."""
     if np.any(si.P.cpu_offloading_num_layers):
         f, b = layer_offload_exposed(m, si, fwd, bwd)
-        return fwd + f, bwd + b, by_kind
-    if not np.any(si.P.offload_modules) or not m.is_moe:
-        return fwd, bwd, by_kind
+        return fwd + f, bwd + b, by_kind, f, b
+    if not np.any(si.P.offload_modules):
+        return fwd, bwd, by_kind, 0.0, 0.0
     counts = {k: n for k, n in m.layer_counts().items() if n}
+    if np.any(np.asarray(si.P.offload_modules, dtype=np.int64) & ATTENTION_BITS):
+        if len(counts) < 2 or not set(counts) <= set(by_kind):
+            f, b = offload_exposed(m, si, fwd, bwd, attn_bwd)
+            return fwd + f, bwd + b, by_kind, f, b
+        out, f_all, b_all = dict(by_kind), 0.0, 0.0
+        for k, n in counts.items():
+            rec = by_kind[k]
+            f, b = offload_exposed(m.of_kind(k), si, rec.layer_fwd, rec.layer_bwd,
+                                   rec.attn_bwd)
+            out[k] = replace(rec, layer_fwd=rec.layer_fwd + f, layer_bwd=rec.layer_bwd + b,
+                             layer_offload_fwd=si.full(f), layer_offload_bwd=si.full(b))
+            f_all, b_all = f_all + n / m.num_layers * f, b_all + n / m.num_layers * b
+        return fwd + f_all, bwd + b_all, out, f_all, b_all
+    if not m.is_moe:
+        return fwd, bwd, by_kind, 0.0, 0.0
     if "moe" not in by_kind or len(counts) < 2:
         f, b = offload_exposed(m, si, fwd, bwd)
-        return fwd + f, bwd + b, by_kind
+        return fwd + f, bwd + b, by_kind, f, b
     n_moe = counts["moe"]
     per_f = sum(n * by_kind[k].layer_fwd for k, n in counts.items()) / n_moe
     per_b = sum(n * by_kind[k].layer_bwd for k, n in counts.items()) / n_moe
     f, b = offload_exposed(m.of_kind("moe"), si, per_f, per_b)
     moe = by_kind["moe"]
-    out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b))
+    out = dict(by_kind, moe=replace(moe, layer_fwd=moe.layer_fwd + f, layer_bwd=moe.layer_bwd + b,
+                                    layer_offload_fwd=si.full(f), layer_offload_bwd=si.full(b)))
     share = n_moe / m.num_layers
-    return fwd + share * f, bwd + share * b, out
+    return fwd + share * f, bwd + share * b, out, share * f, share * b
 
 
 def layer_offload_exposed(m: ModelSpec, si: StageInputs, fwd: Any, bwd: Any) -> tuple[Any, Any]:

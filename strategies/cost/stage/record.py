@@ -31,6 +31,8 @@ class KindCosts:
     layer_recompute_each: float = 0.0
     layer_lead_params: float = 0.0      # KindCostArrays.layer_lead_params
     layer_lead_work: float = 0.0
+    layer_offload_fwd: float = 0.0      # KindCostArrays.layer_offload_fwd
+    layer_offload_bwd: float = 0.0
 
 
 
@@ -78,6 +80,8 @@ class StageCosts:
     # (``gather_width``); empty: ``param_bytes``
     gather_by_stage: tuple[float, ...] = ()
     tied_bytes: float = 0.0                # tied embedding gradient, first <-> head stage
+    layer_offload_fwd: float = 0.0         # StageCostArrays.layer_offload_fwd (in layer_fwd)
+    layer_offload_bwd: float = 0.0
     z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
     z3_fwd_params: float = 0.0
     z3_bwd_n: float = 0.0
