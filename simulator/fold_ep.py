@@ -109,20 +109,24 @@ def a2a_table(job: Job) -> list[tuple[str, np.ndarray | None]]:
     ``src·n + dst``, for ``a2a_kept`` to map."""
     n = placement.world_size(job.plan)
     G = job.cluster.gpus_per_node
-    node_of = G.__rfloordiv__                       # rank -> its node (r // G)
     out: list[tuple[str, np.ndarray | None]] = []
     for dim in A2A_DIMS:
         groups = np.asarray(placement.groups(job.plan, dim))
         if groups.shape[1] < 2:
             continue
-        if same_locals(groups, G):
-            out.append((dim, None))
-            continue
-        flows = np.array([f for g in groups.tolist()
-                          for ph in all_to_all.phases("alltoall", g, 1.0, node_of, 0.5)
-                          for f in ph.flows], dtype=np.int64).reshape(-1, 2)
-        out.append((dim, np.sort(flows[:, 0] * n + flows[:, 1])))
+        out.append((dim, None if same_locals(groups, G) else forwarded_codes(groups, G, n)))
     return out
+
+
+def forwarded_codes(groups: np.ndarray, G: int, n: int) -> np.ndarray:
+    """The forwarded all-to-all's flows over every group (rows of ``groups``; ``G`` GPUs a
+    node, ``n`` ranks), as the engine lays them out (``all_to_all.phases`` with a
+    ``remote_scale`` below 1), as sorted codes ``src·n + dst``."""
+    node_of = G.__rfloordiv__                       # rank -> its node (r // G)
+    flows = np.array([f for g in np.asarray(groups).tolist()
+                      for ph in all_to_all.phases("alltoall", g, 1.0, node_of, 0.5)
+                      for f in ph.flows], dtype=np.int64).reshape(-1, 2)
+    return np.sort(flows[:, 0] * n + flows[:, 1])
 
 
 def same_locals(groups: np.ndarray, G: int) -> bool:
@@ -139,7 +143,8 @@ def same_locals(groups: np.ndarray, G: int) -> bool:
             continue                                      # uneven, or one node: direct
         rows = first == k
         blocks = node[rows].reshape(-1, s // k, k)
-        even = np.all(blocks == blocks[:, :, :1], axis=(1, 2))   # k members on every node
+        even = np.all(blocks == blocks[:, :, :1], axis=(1, 2)) & np.all(   # k on each node
+            blocks[:, 1:, 0] > blocks[:, :-1, 0], axis=1)
         loc = local[rows].reshape(-1, s // k, k)[even]
         if not np.all(loc == loc[:, :1, :]):
             return False
