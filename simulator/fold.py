@@ -37,6 +37,13 @@ rests on its flows running alone, which ``simulator.fold_stats`` proves and the 
 (``FoldSpec.alone``; ``simulate`` runs again folded less if it fails); on nodes that differ,
 with flows counted node by node.
 
+**Expert-parallel plans** (``simulator.fold_ep``): the coordinates are also cut into parts
+at the expert groups' edges and the node's, and each part is moved on its own (the expert
+index rotated inside its group, by a GPU or by a node); the dense rings they reorder are
+kept as sets as above, and every all-to-all's flows are checked to map onto themselves. That
+fold is kept where it simulates fewer ranks (``fold_spec(parts=False)``: the coordinates
+alone).
+
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)

@@ -30,9 +30,10 @@ ring order of a coordinate that was cut: the dense data-parallel ring (``dp``, `
 goes ``0 -> 1 -> ... -> 127``, and moving ``g`` by one sends the edge ``7 -> 8`` onto
 ``0 -> 9``. Those rings are kept as sets, and their folding rests on their flows forming an
 equitable partition (``simulator.fold_rings``' (E1), (E2), checked on the representatives),
-the gradient norm's ring on ``simulator.fold_stats``; when a check fails, ``fold_spec``
-falls back to the coordinate translations (the fold before this module), and it keeps the
-fold with fewer representatives (the coordinate one on a tie).
+the gradient norm's ring on ``simulator.fold_stats``. A failed check makes the parts' fold fall
+back as the coordinate fold does (rings to their order, the stats ring to the next rule), and
+``fold_spec`` keeps whichever of the two folds simulates fewer ranks, the coordinate one (the
+fold before this module) on a tie: never a fold that a check refused.
 
 **The all-to-all's flows.** The engine runs an all-to-all over group ``g``
 (``strategies.collectives.all_to_all.phases``) either *direct*, a flow for every ordered pair,
@@ -42,18 +43,19 @@ every pair of the same *position* (rank among the node's members) on two nodes, 
 a flow depending only on whether it stays in a node. Let ``p`` be a permutation that moves
 whole nodes and permutes local indices the same way in every node (``fold._maps_gpus``) and
 maps ``g`` onto a group ``g'`` as a set. Then ``p`` maps the direct flows of ``g`` onto those
-of ``g'``. If every node of ``g`` holds members with the same local indices, equal position
-is equal local index, and ``p`` keeps both "in one node" and "same local index", so it maps
+of ``g'``. If every node of ``g`` holds members with the same local indices in the same
+order (as listed in ``g``), equal position is equal local index, and ``p`` keeps both "in one node" and "same local index", so it maps
 the forwarded flows of ``g`` onto those of ``g'``, with their bytes and latency steps (same
 members per node). A flow that crosses nodes off its rail relays through its source node's
 GPU on the destination's rail (``topologies.routing.relays``, NCCL's PXN): ``p`` maps that
 relay onto the relay of the image flow (node and local index move separately). So ``p`` maps
 the all-to-all's flows onto flows with the same bytes, routes and start: an automorphism of
 the flow set, where ``simulator.fold``'s first argument applies as it stands, and no
-equitable-partition or run-alone argument is needed. ``fold_spec`` checks it for every
-translation it accepts, coordinate or part (``a2a_table``, ``a2a_kept``): the forwarded flows
-of every all-to-all group (``ep``; ``cpa``, which the engine runs direct, is checked the
-stricter way too) must map onto themselves. Tests (``tests/test_fold_ep.py``) compare folded
+equitable-partition or run-alone argument is needed. ``fold_spec`` checks the premise for
+every translation it accepts, coordinate or part (``a2a_table``): every all-to-all group
+(``ep``; ``cpa``, which the engine runs direct, the stricter way too) lists the same local
+indices on each of its nodes (``same_locals``, which placement's layouts meet), else the
+engine's forwarded flows must map onto themselves (``a2a_kept``). Tests (``tests/test_fold_ep.py``) compare folded
 and unfolded runs record for record, bit for bit, with the alltoall, DeepEP and HybridEP
 dispatchers, 1F1B and DualPipe, with and without pp.
 """
