@@ -112,7 +112,10 @@ def a2a_table(job: Job) -> list[tuple[str, np.ndarray | None]]:
     n = placement.world_size(job.plan)
     G = job.cluster.gpus_per_node
     out: list[tuple[str, np.ndarray | None]] = []
+    sizes = {"ep": job.plan.ep, "cpa": job.plan.hierarchical_cp or 1}
     for dim in A2A_DIMS:
+        if sizes[dim] < 2:                          # groups of one rank: no all-to-all
+            continue
         groups = np.asarray(placement.groups(job.plan, dim))
         if groups.shape[1] < 2:
             continue
