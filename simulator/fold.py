@@ -37,6 +37,13 @@ rests on its flows running alone, which ``simulator.fold_stats`` proves and the 
 (``FoldSpec.alone``; ``simulate`` runs again folded less if it fails); on nodes that differ,
 with flows counted node by node.
 
+**Expert-parallel plans** (``simulator.fold_ep``): the coordinates are also cut into parts
+at the expert groups' edges and the node's, and each part is moved on its own (the expert
+index rotated inside its group, by a GPU or by a node); the dense rings they reorder are
+kept as sets as above, and every all-to-all's flows are checked to map onto themselves. That
+fold is kept where it simulates fewer ranks (``fold_spec(parts=False)``: the coordinates
+alone).
+
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
 >>> spec = fold_spec(job)
@@ -53,6 +60,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.job import Job
+from simulator.fold_ep import Digit, a2a_kept, a2a_table, expert_digits
 from simulator.fold_rings import equitable, equitable_flows, ring_flows
 from simulator.fold_stats import STATS, alone_groups, stats_checked
 from simulator.program.compiler import stats_groups
@@ -64,7 +72,8 @@ COORDS = ("tp", "cp", "dp")
 @dataclass(frozen=True)
 class FoldSpec:
     """Result of the symmetry analysis. ``steps[x]`` is the translation step of coordinate x
-    (its size = not folded); ``rep_of[r]`` is rank r's representative; ``alone``: see the
+    (its size = not folded), or of part x of a coordinate (``dp0``, ``dp1``...:
+    ``simulator.fold_ep``); ``rep_of[r]`` is rank r's representative; ``alone``: see the
     field."""
 
     steps: dict[str, int]
@@ -130,12 +139,19 @@ def _step(n: int, stride: int, G: int, local_ok: bool, node_ok: bool) -> int:
     return n
 
 
-def _translate(job: Job, dim: str, k: int) -> np.ndarray:
-    """Permutation array: rank -> rank with coordinate ``dim`` moved by ``k``."""
+def coord_digits(job: Job) -> tuple[Digit, ...]:
+    """The translated coordinates as ``(name, size, stride)``: tp, cp and dp."""
     size, stride = _sizes_strides(job)
+    return tuple((d, size[d], stride[d]) for d in COORDS)
+
+
+def _translate(job: Job, digit: Digit, k: int) -> np.ndarray:
+    """Permutation array: rank -> rank with ``digit`` (a coordinate or a part of one:
+    ``(name, size, stride)``) moved by ``k`` mod its size, the others kept."""
+    _, size, stride = digit
     r = np.arange(placement.world_size(job.plan))
-    c = (r // stride[dim]) % size[dim]
-    return r + (((c + k) % size[dim]) - c) * stride[dim]
+    c = (r // stride) % size
+    return r + (((c + k) % size) - c) * stride
 
 
 def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
@@ -170,11 +186,13 @@ def group_table(job: Job) -> list[tuple[str, np.ndarray, bool, set[tuple[int, ..
 
 
 def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None,
-                 loose: set[str] | None = None, firm: frozenset = frozenset()) -> bool:
-    """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?
-    ``table``: ``group_table(job)`` when the caller has it. ``loose``: a set where a ring
-    (not in ``firm``) mapped onto groups as a set only is accepted, its dimension added to
-    ``loose``."""
+                 loose: set[str] | None = None, firm: frozenset = frozenset(),
+                 a2a: list | None = None) -> bool:
+    """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets, and the
+    all-to-all's flows onto themselves: ``simulator.fold_ep``)? ``table``:
+    ``group_table(job)`` when the caller has it, ``a2a``: ``fold_ep.a2a_table(job)``.
+    ``loose``: a set where a ring (not in ``firm``) mapped onto groups as a set only is
+    accepted, its dimension added to ``loose``."""
     found = []
     for dim, groups, as_set, canon in (group_table(job) if table is None else table):
         if _canonical(perm[groups], as_set) == canon:
@@ -183,6 +201,8 @@ def _maps_groups(job: Job, perm: np.ndarray, table: list | None = None,
                 _canonical(perm[groups], True) != _canonical(groups, True):
             return False
         found.append(dim)
+    if not a2a_kept(perm, a2a_table(job) if a2a is None else a2a):
+        return False
     if loose is not None:
         loose.update(found)
     return True
@@ -198,7 +218,8 @@ def _maps_gpus(perm: np.ndarray, G: int) -> bool:
     return bool(np.array_equal(node_map[node], pn) and np.array_equal(local_map[local], pl))
 
 
-def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "alone") -> FoldSpec:
+def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "alone",
+              parts: bool = True) -> FoldSpec:
     """The translation steps, the representatives and the reason for anything not folded.
     ``strict``: only translations that keep every ring's order, the gradient norm's aside
     (``simulator.fold_rings``: without it a ring group mapped onto a group as a set is
@@ -206,44 +227,59 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     strictly). ``stats``, the gradient norm's ring (``simulator.fold_stats``): ``alone``
     accepts it as a set where its flows are an equitable partition or run alone
     (``FoldSpec.alone``: the engine checks), ``equitable`` only the first, ``order``
-    neither; each falls back to the next."""
+    neither; each falls back to the next. ``parts``: with expert groups, also cut the
+    coordinates into parts translated on their own (``simulator.fold_ep``) and keep that
+    fold where it simulates fewer ranks (False: the coordinate translations alone)."""
     if stats not in STATS_RULES:
         raise ValueError(f"stats={stats!r}: must be one of {STATS_RULES}")
-    size, stride = _sizes_strides(job)
+    coords = coord_digits(job)
+    tables: dict = {}           # group_table(job) and a2a_table(job), built on first use
+    base = _fold(job, fold, strict, stats, coords, tables)
+    cut = expert_digits(job, coords) if fold and parts else None
+    if cut is None:
+        return base
+    finer = _fold(job, fold, strict, stats, cut, tables)
+    return finer if len(finer.reps) < len(base.reps) else base
+
+
+def _fold(job: Job, fold: bool, strict: bool, stats: str, digits: tuple[Digit, ...],
+          tables: dict) -> FoldSpec:
+    """``fold_spec`` with the translations of ``digits`` (``(name, size, stride)``: the
+    coordinates, or their parts); ``tables``: the group tables, filled on first use and
+    kept by the caller."""
     n = placement.world_size(job.plan)
     G = job.cluster.gpus_per_node
     local_ok, node_ok, why = network_rules(job)
-    steps = {d: size[d] for d in COORDS}
+    steps = {name: size for name, size, _ in digits}
     notes = [] if fold else ["fold=False"]
     # ring dimensions kept as sets only (None: none may be); ``firm``: those that may not
     loose: set[str] | None = set() if not strict or stats != "order" else None
     firm = frozenset({STATS} if stats == "order" else ()) | frozenset(
         GROUP_DIMS if strict else ())
     if fold:
-        table: list = []        # group_table(job), built at the first translation tried
-        for d in COORDS:
-            steps[d] = _step(size[d], stride[d], G, local_ok, node_ok)
-            while steps[d] < size[d] and not _valid(job, d, steps[d], G, table, loose, firm):
-                steps[d] = _next_divisor(size[d], steps[d])
-            if size[d] > 1:
-                what = "not folded" if steps[d] == size[d] else \
-                    f"{size[d] // steps[d]} ranks per representative"
-                notes.append(f"{d}={size[d]}: {what}")
+        for digit in digits:
+            name, size, stride = digit
+            steps[name] = _step(size, stride, G, local_ok, node_ok)
+            while steps[name] < size and not _valid(job, digit, steps[name], G, tables,
+                                                    loose, firm):
+                steps[name] = _next_divisor(size, steps[name])
+        notes += _coord_notes(job, digits, steps)
     if why:
         notes.append(why)
     rep_of = np.arange(n)
-    for d in COORDS:
-        c = (rep_of // stride[d]) % size[d]
-        rep_of = rep_of - (c - c % steps[d]) * stride[d]
+    for name, size, stride in digits:
+        c = (rep_of // stride) % size
+        rep_of = rep_of - (c - c % steps[name]) * stride
     rings = sorted((loose or set()) - {STATS})
     if rings and not equitable(job, rep_of, rings):
-        return fold_spec(job, fold, strict=True, stats=stats)
+        return _fold(job, fold, True, stats, digits, tables)
     alone = None
     flows = ring_flows(job, STATS) if loose and STATS in loose else None
     if flows is not None and not equitable_flows(job, rep_of, flows):
         alone = alone_groups(job, rep_of, node_ok, flows) if stats == "alone" else None
         if alone is None:
-            return fold_spec(job, fold, strict, STATS_RULES[STATS_RULES.index(stats) + 1])
+            return _fold(job, fold, strict, STATS_RULES[STATS_RULES.index(stats) + 1], digits,
+                         tables)
     if rings:
         notes.append(f"{', '.join(rings)} rings folded as sets (equitable flows)")
     if loose and STATS in loose:
@@ -255,19 +291,36 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     return FoldSpec(steps, reps, rep_of, "; ".join([head] + notes), alone)
 
 
-def _valid(job: Job, dim: str, k: int, G: int, table: list | None = None,
+def _coord_notes(job: Job, digits: tuple[Digit, ...], steps: dict[str, int]) -> list[str]:
+    """``fold_spec``'s note per coordinate of more than one rank: how many ranks each
+    representative stands for, and the parts where it was cut (``simulator.fold_ep``)."""
+    out = []
+    for coord, size, _ in coord_digits(job):
+        mine = [(name, n) for name, n, _ in digits if name.rstrip("0123456789") == coord]
+        if size == 1:
+            continue
+        per = int(np.prod([n // steps[name] for name, n in mine]))
+        what = "not folded" if per == 1 else f"{per} ranks per representative"
+        cut = f" (parts {'·'.join(str(n) for _, n in mine)})" if len(mine) > 1 else ""
+        out.append(f"{coord}={size}: {what}{cut}")
+    return out
+
+
+def _valid(job: Job, digit: Digit, k: int, G: int, tables: dict | None = None,
            loose: set[str] | None = None, firm: frozenset = frozenset()) -> bool:
-    """Does moving coordinate ``dim`` by ``k`` map GPUs and groups onto themselves?
-    ``table``: a list ``group_table(job)`` fills (kept by the caller for its next call).
-    ``loose``: None keeps every ring's order; a set accepts a ring group (not in ``firm``)
-    mapped onto a group as a set only, and collects its dimension (``simulator.fold_rings``
-    and ``simulator.fold_stats`` decide)."""
-    perm = _translate(job, dim, k)
+    """Does moving ``digit`` (a coordinate or a part of one) by ``k`` map GPUs and groups
+    onto themselves? ``tables``: a dict the group tables are kept in (for the caller's
+    next call). ``loose``: None keeps every ring's order; a set accepts a ring group (not in
+    ``firm``) mapped onto a group as a set only, and collects its dimension
+    (``simulator.fold_rings`` and ``simulator.fold_stats`` decide)."""
+    perm = _translate(job, digit, k)
     if not _maps_gpus(perm, G):
         return False
-    if table is not None and not table:
-        table.append(group_table(job))
-    return _maps_groups(job, perm, None if table is None else table[0], loose, firm)
+    if tables is None:
+        return _maps_groups(job, perm, None, loose, firm)
+    if not tables:
+        tables.update(groups=group_table(job), a2a=a2a_table(job))
+    return _maps_groups(job, perm, tables["groups"], loose, firm, tables["a2a"])
 
 
 def _next_divisor(n: int, k: int) -> int:

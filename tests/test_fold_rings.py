@@ -117,21 +117,28 @@ MOE_TWINS = [  # (MoE model, dense model, plan): ep and cp together on four DGX 
 
 @pytest.mark.parametrize("moe,dense,plan", MOE_TWINS)
 def test_moe_with_cp_folds_as_its_dense_twin(moe, dense, plan):
-    """The expert groups do not keep cp from folding: an MoE plan with ep and cp folds as
-    the same plan of a dense model (cp unfolded in the last two: the dpcp ring's (E1) fails,
-    as in ``test_not_equitable_falls_back_to_ring_order``), and bit for bit."""
+    """The expert groups do not keep cp from folding: an MoE plan with ep and cp folds by the
+    coordinate translations as the same plan of a dense model (cp unfolded in the last two:
+    the dpcp ring's (E1) fails, as in ``test_not_equitable_falls_back_to_ring_order``), and
+    with the expert groups' parts (``simulator.fold_ep``) at least as far, here to one rank
+    a stage, bit for bit."""
     job = job_from_text(moe, "dgx-h100:4", plan)
+    twin = fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace("ep=4,", "")))
+    assert fold_spec(job, parts=False).steps == twin.steps
     spec = fold_spec(job)
-    assert spec.steps == fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace(
-        "ep=4,", ""))).steps
+    assert len(spec.reps) == job.plan.pp <= len(twin.reps)
     assert_folded_is_full(job, spec)
 
 
 def test_expert_groups_across_cp_keep_a_translation_from_folding_it():
-    """ep=2 inside cp=4 (each expert group two neighbouring cp ranks): moving cp by 1 maps an
-    expert group onto no group, so cp folds by 2 only, where its dense twin folds by 1."""
+    """ep=2 inside cp=4 (each expert group two neighbouring cp ranks): moving the cp
+    coordinate by 1 maps an expert group onto no group, so it folds cp by 2 only, where its
+    dense twin folds by 1; cut at the expert group, cp's two parts fold (the cp rings kept as
+    sets: their flows' orbits are equitable), as far as the twin."""
     plan = "tp=2,pp=2,dp=2,cp=4,ep=2,mbs=1,gbs=8,zero=1"
     job = job_from_text("mixtral-8x7b", "dgx-h100:4", plan)
-    assert fold_spec(job).steps["cp"] == 2
-    assert fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", ""))
-                     ).steps["cp"] == 1
+    twin = fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", "")))
+    assert fold_spec(job, parts=False).steps["cp"] == 2 and twin.steps["cp"] == 1
+    spec = fold_spec(job)
+    assert spec.steps["cp0"] == spec.steps["cp1"] == 1 and len(spec.reps) == len(twin.reps)
+    assert "cp, cpr" in spec.note
