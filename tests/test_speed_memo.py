@@ -2,7 +2,10 @@
 bit for bit (docs/reports/speed.md; the speed branch's commits give the figures).
 
 - ``estimate`` builds each GPU type's stage-cost record once (``stage_cost_memo.StageCostMemo``);
-- ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object;
+- ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object, and
+  ``catalog.link_terms`` the group's link terms (all but the buffer's bytes);
+- ``stage_cost_arrays`` keeps one plan's record (0-d ``PlanArrays``, the scalar estimate's),
+  which the job's stage costs, its even run and its tail's re-run then share;
 - ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
 - the search's simulations derive only the figures they report (``figures_only``).
 """
@@ -79,18 +82,92 @@ def test_collective_time_kept_is_a_fresh_calls_answer(kind, nbytes, n, stride):
 
 
 def test_collective_time_key_tells_values_and_types_apart():
-    assert collective._exact(0.0) != collective._exact(-0.0)
-    assert collective._exact(8) != collective._exact(8.0)
-    assert collective._exact(np.int64(8)) != collective._exact(8)
-    assert collective._exact(np.array([1.0])) is None     # arrays are not kept
+    assert links.exact_key(0.0) != links.exact_key(-0.0)
+    assert links.exact_key(8) != links.exact_key(8.0)
+    assert links.exact_key(np.int64(8)) != links.exact_key(8)
+    assert links.exact_key(np.array([1.0])) is None     # arrays are not kept
     # 0-d arrays (np.where's answers: dp_parts' ranks and strides) are, by dtype and value
-    assert collective._exact(np.array(8)) == collective._exact(np.array(8))
-    assert collective._exact(np.array(8)) != collective._exact(np.array(8.0))
-    assert collective._exact(np.array(8.0)) != collective._exact(8.0)
-    assert collective._exact(np.array(8.0)) != collective._exact(np.float64(8.0))
-    assert collective._exact(np.array(0.0)) != collective._exact(np.array(-0.0))
-    assert collective._exact(np.array(8, dtype=np.int32)) != collective._exact(np.array(8))
-    assert collective._exact(np.array(True)) is None
+    assert links.exact_key(np.array(8)) == links.exact_key(np.array(8))
+    assert links.exact_key(np.array(8)) != links.exact_key(np.array(8.0))
+    assert links.exact_key(np.array(8.0)) != links.exact_key(8.0)
+    assert links.exact_key(np.array(8.0)) != links.exact_key(np.float64(8.0))
+    assert links.exact_key(np.array(0.0)) != links.exact_key(np.array(-0.0))
+    assert links.exact_key(np.array(8, dtype=np.int32)) != links.exact_key(np.array(8))
+    assert links.exact_key(np.array(True)) is None
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather", "alltoall"])
+@pytest.mark.parametrize("n,stride", [(8, 1), (16, 8), (12, 8), (np.array(16), np.array(8)),
+                                      (np.float64(32.0), 4)])
+def test_link_terms_kept_are_a_fresh_calls_and_price_every_buffer(kind, n, stride):
+    """The kept link terms of a group are the computed ones, read-only, and the collective
+    priced from them is the vectorised form's entry for every buffer."""
+    from strategies.cost.comm import catalog
+    cl = cluster_preset("dgx-h100", 4)
+    catalog._SCALAR_LINKS.clear()
+    fresh = catalog._link_terms(kind, n, stride, cl, 1.0, 1.0)
+    first = catalog.link_terms(kind, n, stride, cl)
+    assert catalog.link_terms(kind, n, stride, cl) is first
+    for a, b in zip(first, fresh):
+        assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        assert not isinstance(a, np.ndarray) or not a.flags.writeable
+    sizes = np.array([0.0, 1e3, 7.5e7, 3e9])
+    batch = catalog.catalog_time(kind, sizes, np.full(4, n), np.full(4, stride), cl)
+    for i, nb in enumerate(sizes):
+        one = catalog.catalog_time(kind, float(nb), n, stride, cl)
+        assert float(one).hex() == float(batch[i]).hex()
+
+
+def test_one_plan_stage_costs_kept_are_a_fresh_calls():
+    """One plan's stage-cost record (0-d arrays) is kept per argument objects and exact plan:
+    the computed record bit for bit, read-only; another plan, cluster object or layout is
+    computed afresh; an array of plans is never kept."""
+    from dataclasses import fields, replace
+
+    from strategies.cost.stage import cost_arrays
+    job = _dualpipe_uneven()
+    P = PlanArrays.of_plan(job.plan)
+    cost_arrays._ONE_PLAN.clear()
+    kept = stage_cost_arrays(job.model, job.cluster, job.dtype, P, job.framework, job.system)
+    fresh = cost_arrays.computed_stage_costs(job.model, job.cluster, job.dtype, P,
+                                             job.framework, job.system)
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, PlanArrays.of_plan(job.plan),
+                             job.framework, job.system, job.cluster.gpu) is kept
+    for f in fields(kept):
+        a, b = getattr(kept, f.name), getattr(fresh, f.name)
+        if isinstance(a, np.ndarray):
+            assert not a.flags.writeable and a.tobytes() == b.tobytes(), f.name
+    assert kept.by_kind.keys() == fresh.by_kind.keys() and kept.by_kind
+    even = replace(P, first_stage_layers=0.0)      # the layout is part of the key
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, even, job.framework,
+                             job.system) is not kept
+    other = replace(job.cluster)                   # an equal cluster, another object
+    assert stage_cost_arrays(job.model, other, job.dtype, P, job.framework,
+                             job.system) is not kept
+    many = PlanArrays.from_plans([job.plan])
+    n = len(cost_arrays._ONE_PLAN)
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, many, job.framework,
+                             job.system).layer_fwd.flags.writeable
+    assert len(cost_arrays._ONE_PLAN) == n
+
+
+def test_estimate_computes_an_even_plans_stage_costs_once(monkeypatch):
+    """A pipelined even plan's estimate: the job's stage costs, the even run and the tail's
+    re-run read one computed record; the estimate is the one a cold memo gives."""
+    from strategies.cost.stage import cost_arrays
+    job = make_job(model_preset("llama3-70b"), cluster_preset("dgx-h100", 8),
+                   parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=64,schedule=interleaved,vpp=2"))
+    cost_arrays._ONE_PLAN.clear()
+    calls = []
+    real = cost_arrays.computed_stage_costs
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(cost_arrays, "computed_stage_costs", counted)
+    cold = estimate(job).to_json()
+    assert len(calls) == 1
+    assert estimate(job).to_json() == cold and len(calls) == 1
 
 
 @pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),

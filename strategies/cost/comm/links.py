@@ -38,6 +38,25 @@ MEMO_KEPT = 8192
 #: ``hop_relays`` of 0-d offsets, kept by the cluster's id with the cluster itself
 #: (``collective``'s memo rule)
 _SCALAR_RELAYS: dict[tuple, tuple[Cluster, np.ndarray]] = {}
+_FLOATS = (float, np.float64)
+_INTS = (int, np.int64)
+
+
+def exact_key(x) -> tuple | None:
+    """``x`` (a Python or numpy scalar, or a 0-d array) as a memo key that tells apart every
+    value and type (a 0-d array's dtype too; ``float.hex``: -0.0 is not 0.0), so a kept
+    answer is the one a fresh call with ``x`` gives, bit for bit; None for anything else
+    (an array of plans: not kept). The communication costs' memos of scalar arguments
+    (``collective.collective_time``, ``catalog.link_terms``) read it."""
+    t = type(x)
+    if t in _FLOATS:
+        return (t, float.hex(float(x)))
+    if t in _INTS:
+        return (t, int(x))
+    if t is np.ndarray and x.ndim == 0 and x.dtype.kind in "fi":  # a 0-d array (np.where's)
+        v = x[()]
+        return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
+    return None
 
 
 def hop_relays(cluster: Cluster, offsets) -> np.ndarray:

@@ -7,6 +7,7 @@ terms, each traffic's bytes (``comm_fields``), what each kind of rank holds
 Seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters."""
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -33,6 +34,15 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
+#: ``stage_cost_arrays`` of one plan (0-d ``PlanArrays``, the scalar estimate's), kept by the
+#: arguments' identities (each held, so an id stays its own while kept) and the plan's
+#: exact values: one estimate reads the same record for the job's stage costs, its even
+#: run and its tail's re-run (``estimate.scalar``), and a what-if or ``compare`` again.
+#: Started over past ``ONE_PLAN_KEPT`` entries; every kept array is read-only.
+_ONE_PLAN: dict[tuple, tuple[tuple, StageCostArrays]] = {}
+ONE_PLAN_KEPT = 256
+
+
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                       plans: PlanArrays | Mapping[str, Any],
                       framework: FrameworkProfile | str | None = None,
@@ -41,7 +51,35 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     """The stage-cost record of every plan in ``plans`` (``PlanArrays`` or the search space's
     short columns) on ``cl`` in ``dtype`` with the ``framework`` profile and ``system``
     constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``), computed on ``gpu`` (default:
-    the cluster's ``gpu``, its slowest type)."""
+    the cluster's ``gpu``, its slowest type). One plan's (0-d arrays) is kept
+    (``_ONE_PLAN``): the same record a fresh call computes, bit for bit."""
+    if not isinstance(plans, PlanArrays) or plans.tp.ndim != 0:
+        return computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
+    gpu = cl.gpu if gpu is None else gpu
+    held = (m, cl, framework, system, gpu)
+    key = (dtype, *(x if x is None or isinstance(x, str) else id(x) for x in held),
+           *(getattr(plans, f.name).tobytes() for f in fields(PlanArrays)))
+    hit = _ONE_PLAN.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], held)):
+        return hit[1]
+    out = computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
+    for rec in (out, *out.by_kind.values()):
+        for f in fields(rec):
+            x = getattr(rec, f.name)
+            if isinstance(x, np.ndarray):
+                x.flags.writeable = False       # handed out again: no caller may change it
+    if len(_ONE_PLAN) >= ONE_PLAN_KEPT:
+        _ONE_PLAN.clear()
+    _ONE_PLAN[key] = (held, out)
+    return out
+
+
+def computed_stage_costs(m: ModelSpec, cl: Cluster, dtype: str,
+                         plans: PlanArrays | Mapping[str, Any],
+                         framework: FrameworkProfile | str | None = None,
+                         system: SystemConfig | None = None,
+                         gpu: GPU | None = None) -> StageCostArrays:
+    """``stage_cost_arrays`` computed (never kept)."""
     si = stage_inputs(m, cl, dtype, plans, framework, system, gpu)
     P, fw, sy, gpu, full, zeros = si.P, si.fw, si.sy, si.gpu, si.full, si.zeros
     tp, dp, cp, ep, b = P.tp, P.dp, P.cp, P.ep, P.mbs
