@@ -256,6 +256,36 @@ def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp,
     assert [[x.hex() for x in v] for v in got] == [[x.hex() for x in v] for v in want]
 
 
+def test_free_comm_replay_kept_is_a_fresh_replays():
+    """A replay of the same order and exact seconds is kept: the fresh answer's values and
+    types, in new lists each time; other seconds (-0.0 against 0.0, a numpy float against a
+    float) or seconds that are not floats replay afresh."""
+    from strategies.schedules import analysis, get_schedule
+    order = analysis.free_comm_order(get_schedule("interleaved"), 4, 8, 2)
+    secs = {sig: 0.25 + 0.125 * i for i, sig in enumerate(order.sigs)}
+    analysis._REPLAYS.clear()
+    fresh = analysis._replay(order, 4, [secs[s] for s in order.sigs])
+    first = analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)])
+    again = analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)])
+    assert len(analysis._REPLAYS) == 1
+    for a, b, c in zip(first, again, fresh):
+        assert a == b == c and a is not b and type(a) is list
+        assert [type(x) for x in b] == [type(x) for x in c]
+    again[1][0] = -1.0                               # a caller's change stays its own
+    assert analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)]) == fresh
+    np_secs = analysis.replay_free_comm(order, 4, lambda r, g: np.float64(secs[(r, g)]))
+    assert len(analysis._REPLAYS) == 2 and type(np_secs[1][0]) is np.float64
+    zero = {s: 0.0 for s in order.sigs}
+    neg = {s: -0.0 for s in order.sigs}
+    a = analysis.replay_free_comm(order, 4, lambda r, g: zero[(r, g)])
+    b = analysis.replay_free_comm(order, 4, lambda r, g: neg[(r, g)])
+    assert [x.hex() for x in b[1]] == [x.hex() for x in analysis._replay(
+        order, 4, [-0.0] * len(order.sigs))[1]]
+    assert len(analysis._REPLAYS) == 4 and a[1] == b[1]
+    arr = analysis.replay_free_comm(order, 4, lambda r, g: np.asarray(secs[(r, g)]))
+    assert len(analysis._REPLAYS) == 4 and arr[1] == fresh[1]
+
+
 @pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
 def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
     """``hop_relays`` of 0-d offsets is kept per cluster object; the kept answer has the
