@@ -346,3 +346,14 @@ def test_strided_layout_kept_answers_are_the_fresh_ones():
         again = select.strided_layout(*args)
         for a, b in zip(fresh, again):
             assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize("codes", [np.array(3), np.array([2]), np.array([1, 1, 1]),
+                                   np.array([[4, 4], [4, 4]]), np.array([3, 1, 3, 0]),
+                                   np.array([], dtype=np.int64), np.array([5, 5, 6])])
+def test_present_codes_are_np_uniques(codes):
+    """The schedule codes a plan array holds: ``np.unique``'s values and dtype, whether read
+    from one code (a plan, a plan's stages) or sorted."""
+    from strategies.schedules.registry import present_codes
+    got, want = present_codes(codes.astype(np.int64)), np.unique(codes.astype(np.int64))
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
