@@ -4,8 +4,10 @@ bit for bit (docs/reports/speed.md; the speed branch's commits give the figures)
 - ``estimate`` builds each GPU type's stage-cost record once (``stage_cost_memo.StageCostMemo``);
 - ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object, and
   ``catalog.link_terms`` the group's link terms (all but the buffer's bytes);
-- ``stage_cost_arrays`` keeps one plan's record (0-d ``PlanArrays``, the scalar estimate's),
-  which the job's stage costs, its even run and its tail's re-run then share;
+- ``stage_cost_arrays`` keeps one plan's record (0-d ``PlanArrays``, the scalar estimate's)
+  within one estimate (``cost_arrays.kept_records``), which the job's stage costs, its even
+  run and its tail's re-run then share;
+- ``schedules.analysis.replay_free_comm`` keeps a replay of the same order and seconds;
 - ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
 - the search's simulations derive only the figures they report (``figures_only``).
 """
@@ -119,15 +121,25 @@ def test_link_terms_kept_are_a_fresh_calls_and_price_every_buffer(kind, n, strid
 
 
 def test_one_plan_stage_costs_kept_are_a_fresh_calls():
-    """One plan's stage-cost record (0-d arrays) is kept per argument objects and exact plan:
-    the computed record bit for bit, read-only; another plan, cluster object or layout is
-    computed afresh; an array of plans is never kept."""
-    from dataclasses import fields, replace
-
+    """Within a ``kept_records`` block one plan's stage-cost record (0-d arrays) is kept per
+    argument objects and exact plan: the computed record bit for bit, read-only; another
+    plan, cluster object or layout is computed afresh; an array of plans is never kept;
+    outside a block nothing is."""
     from strategies.cost.stage import cost_arrays
     job = _dualpipe_uneven()
     P = PlanArrays.of_plan(job.plan)
-    cost_arrays._ONE_PLAN.clear()
+    outside = stage_cost_arrays(job.model, job.cluster, job.dtype, P, job.framework,
+                                job.system)
+    assert not cost_arrays._ONE_PLAN                # no block: nothing kept
+    with cost_arrays.kept_records():
+        _kept_records_checks(job, P)
+    assert not cost_arrays._ONE_PLAN               # the block's end drops them
+
+
+def _kept_records_checks(job, P) -> None:
+    from dataclasses import fields, replace
+
+    from strategies.cost.stage import cost_arrays
     kept = stage_cost_arrays(job.model, job.cluster, job.dtype, P, job.framework, job.system)
     fresh = cost_arrays.computed_stage_costs(job.model, job.cluster, job.dtype, P,
                                              job.framework, job.system)
@@ -157,7 +169,6 @@ def test_estimate_computes_an_even_plans_stage_costs_once(monkeypatch):
     from strategies.cost.stage import cost_arrays
     job = make_job(model_preset("llama3-70b"), cluster_preset("dgx-h100", 8),
                    parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=64,schedule=interleaved,vpp=2"))
-    cost_arrays._ONE_PLAN.clear()
     calls = []
     real = cost_arrays.computed_stage_costs
 
@@ -166,8 +177,23 @@ def test_estimate_computes_an_even_plans_stage_costs_once(monkeypatch):
         return real(*a, **k)
     monkeypatch.setattr(cost_arrays, "computed_stage_costs", counted)
     cold = estimate(job).to_json()
-    assert len(calls) == 1
-    assert estimate(job).to_json() == cold and len(calls) == 1
+    assert len(calls) == 1 and not cost_arrays._ONE_PLAN
+    assert estimate(job).to_json() == cold and len(calls) == 2   # each estimate its own
+
+
+def test_a_cost_changed_between_two_estimates_is_read(monkeypatch):
+    """The kept record lives for one estimate: a cost function patched between two estimates
+    of the same job objects (as experiments' what-ifs and tests' monkeypatches do)
+    moves the second (the embedding's forward, 1 ms more)."""
+    from strategies.cost import embedding_head_time as eht
+    job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1),
+                   parse_plan("tp=2,pp=2,dp=2,mbs=1,gbs=16"))
+    base = estimate(job).step_time_s
+    orig = eht.embedding_time
+    monkeypatch.setattr(eht, "embedding_time", lambda *a: 1e-3 + orig(*a))
+    assert estimate(job).step_time_s > base
+    monkeypatch.setattr(eht, "embedding_time", orig)
+    assert estimate(job).step_time_s == base
 
 
 @pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),

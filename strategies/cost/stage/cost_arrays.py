@@ -7,8 +7,9 @@ terms, each traffic's bytes (``comm_fields``), what each kind of rank holds
 Seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -34,13 +35,29 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
-#: ``stage_cost_arrays`` of one plan (0-d ``PlanArrays``, the scalar estimate's), kept by the
-#: arguments' identities (each held, so an id stays its own while kept) and the plan's
-#: exact values: one estimate reads the same record for the job's stage costs, its even
-#: run and its tail's re-run (``estimate.scalar``), and a what-if or ``compare`` again.
-#: Started over past ``ONE_PLAN_KEPT`` entries; every kept array is read-only.
+#: ``stage_cost_arrays`` of one plan (0-d ``PlanArrays``, the scalar estimate's), kept within
+#: ``kept_records`` blocks by the arguments' identities (each held, so an id stays its own
+#: while kept) and the plan's exact values: one estimate reads the same record for the
+#: job's stage costs, its even run and its tail's re-run (``estimate.scalar``). Emptied when
+#: the outermost block ends, so a cost function changed between two estimates (an
+#: experiment's what-if, a test's monkeypatch) is read afresh; every kept array is
+#: read-only.
 _ONE_PLAN: dict[tuple, tuple[tuple, StageCostArrays]] = {}
-ONE_PLAN_KEPT = 256
+_OPEN = {"depth": 0}
+ONE_PLAN_KEPT = 64
+
+
+@contextmanager
+def kept_records() -> Iterator[None]:
+    """Within the block ``stage_cost_arrays`` keeps each one-plan record it computes
+    (``_ONE_PLAN``); blocks nest, and the outermost one's end drops them."""
+    _OPEN["depth"] += 1
+    try:
+        yield
+    finally:
+        _OPEN["depth"] -= 1
+        if not _OPEN["depth"]:
+            _ONE_PLAN.clear()
 
 
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
@@ -51,9 +68,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     """The stage-cost record of every plan in ``plans`` (``PlanArrays`` or the search space's
     short columns) on ``cl`` in ``dtype`` with the ``framework`` profile and ``system``
     constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``), computed on ``gpu`` (default:
-    the cluster's ``gpu``, its slowest type). One plan's (0-d arrays) is kept
-    (``_ONE_PLAN``): the same record a fresh call computes, bit for bit."""
-    if not isinstance(plans, PlanArrays) or plans.tp.ndim != 0:
+    the cluster's ``gpu``, its slowest type). One plan's (0-d arrays) is kept within a
+    ``kept_records`` block (``_ONE_PLAN``): the same record a fresh call computes, bit for
+    bit."""
+    if not _OPEN["depth"] or not isinstance(plans, PlanArrays) or plans.tp.ndim != 0:
         return computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
     gpu = cl.gpu if gpu is None else gpu
     held = (m, cl, framework, system, gpu)
