@@ -7,8 +7,8 @@ import numpy as np
 
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
-from strategies.cost.comm.links import (MEMO_KEPT, NVLINK_EFFICIENCY, exact_key,
-                                        group_bandwidth, hop_rate, hop_relays, nic_rate,
+from strategies.cost.comm.links import (NVLINK_EFFICIENCY, exact_key, group_bandwidth,
+                                        hop_rate, hop_relays, keep_answer, nic_rate,
                                         pxn_relay)
 from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
@@ -64,13 +64,7 @@ def link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: N
     if hit is not None and hit[0] is cluster:
         return hit[1]
     out = _link_terms(kind, n, stride, cluster, remote_scale, nvlink_share)
-    for x in out:
-        if isinstance(x, np.ndarray):
-            x.flags.writeable = False   # handed out again: no caller may change it
-    if len(_SCALAR_LINKS) >= MEMO_KEPT:
-        _SCALAR_LINKS.clear()
-    _SCALAR_LINKS[key] = (cluster, out)
-    return out
+    return keep_answer(_SCALAR_LINKS, key, cluster, out, out)
 
 
 def _link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: Num,

@@ -22,6 +22,8 @@ local indices relay.
 """
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import numpy as np
 
 from strategies.collectives.select import strided_layout
@@ -57,6 +59,21 @@ def exact_key(x) -> tuple | None:
         v = x[()]
         return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
     return None
+
+
+def keep_answer(memo: dict, key: tuple, held: Any, out: Any, arrays: Iterable,
+                limit: int = MEMO_KEPT) -> Any:
+    """``out`` kept in ``memo`` under ``key`` with ``held`` (the objects whose ids the key
+    names, so they stay their own), each numpy array among ``arrays`` (``out``'s) made
+    read-only first, as it is handed out again; ``memo`` started over when it holds
+    ``limit`` answers. Returns ``out``."""
+    for x in arrays:
+        if isinstance(x, np.ndarray):
+            x.flags.writeable = False
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = (held, out)
+    return out
 
 
 def hop_relays(cluster: Cluster, offsets) -> np.ndarray:

@@ -18,6 +18,7 @@ from strategies.cost import cp_a2a, cp_hier, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import tp_ends
+from strategies.cost.comm.links import keep_answer
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage.array_record import Z3_KEYS, StageCostArrays
 from strategies.cost.stage.inputs import StageInputs, stage_inputs
@@ -81,15 +82,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     if hit is not None and all(a is b for a, b in zip(hit[0], held)):
         return hit[1]
     out = computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
-    for rec in (out, *out.by_kind.values()):
-        for f in fields(rec):
-            x = getattr(rec, f.name)
-            if isinstance(x, np.ndarray):
-                x.flags.writeable = False       # handed out again: no caller may change it
-    if len(_ONE_PLAN) >= ONE_PLAN_KEPT:
-        _ONE_PLAN.clear()
-    _ONE_PLAN[key] = (held, out)
-    return out
+    return keep_answer(_ONE_PLAN, key, held, out, (getattr(r, f.name) for r in (
+        out, *out.by_kind.values()) for f in fields(r)), ONE_PLAN_KEPT)
 
 
 def computed_stage_costs(m: ModelSpec, cl: Cluster, dtype: str,
