@@ -20,8 +20,11 @@ import os
 import signal
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:       # (imported where a pool starts: a command that starts none skips it)
+    from concurrent.futures import ProcessPoolExecutor
 
 #: Seconds between two checks of the parent by the watchdog thread.
 POLL_S = 0.5
@@ -145,14 +148,21 @@ def _init(parent_pid: int, initializer: Callable[..., None] | None, initargs: tu
         initializer(*initargs)
 
 
-class _Pool(ProcessPoolExecutor):
-    """A ``ProcessPoolExecutor`` whose worker is forked and recorded as one step: a stop
-    signal between the two left a worker the pool did not know (never terminated) and the
-    interpreter's exit waited on it for ever (tests/test_workers_hold.py)."""
+@lru_cache(maxsize=1)
+def _pool_class() -> type:
+    """``_Pool``, built on the first pool (``concurrent.futures``' process pool and
+    ``multiprocessing`` cost a command that starts no process ~20 ms of its start-up)."""
+    from concurrent.futures import ProcessPoolExecutor
 
-    def _spawn_process(self) -> None:   # CPython's one place a worker starts (3.9+)
-        with held():
-            super()._spawn_process()  # type: ignore[misc]
+    class _Pool(ProcessPoolExecutor):
+        """A ``ProcessPoolExecutor`` whose worker is forked and recorded as one step: a stop
+        signal between the two left a worker the pool did not know (never terminated) and
+        the interpreter's exit waited on it for ever (tests/test_workers_hold.py)."""
+
+        def _spawn_process(self) -> None:   # CPython's one place a worker starts (3.9+)
+            with held():
+                super()._spawn_process()  # type: ignore[misc]
+    return _Pool
 
 
 def process_pool(workers: int, initializer: Callable[..., None] | None = None,
@@ -163,8 +173,8 @@ def process_pool(workers: int, initializer: Callable[..., None] | None = None,
     from topologies.limits import check_int
     check_int("workers", workers, 1, MAX_WORKERS)
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    return _Pool(max_workers=workers, mp_context=mp.get_context(method),
-                 initializer=_init, initargs=(os.getpid(), initializer, initargs))
+    return _pool_class()(max_workers=workers, mp_context=mp.get_context(method),
+                         initializer=_init, initargs=(os.getpid(), initializer, initargs))
 
 
 def terminate_pool(pool: ProcessPoolExecutor) -> None:

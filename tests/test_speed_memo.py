@@ -2,7 +2,12 @@
 bit for bit (docs/reports/speed.md; the speed branch's commits give the figures).
 
 - ``estimate`` builds each GPU type's stage-cost record once (``stage_cost_memo.StageCostMemo``);
-- ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object;
+- ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object, and
+  ``catalog.link_terms`` the group's link terms (all but the buffer's bytes);
+- ``stage_cost_arrays`` keeps one plan's record (0-d ``PlanArrays``, the scalar estimate's)
+  within one estimate (``cost_arrays.kept_records``), which the job's stage costs, its even
+  run and its tail's re-run then share;
+- ``schedules.analysis.replay_free_comm`` keeps a replay of the same order and seconds;
 - ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
 - the search's simulations derive only the figures they report (``figures_only``).
 """
@@ -79,18 +84,116 @@ def test_collective_time_kept_is_a_fresh_calls_answer(kind, nbytes, n, stride):
 
 
 def test_collective_time_key_tells_values_and_types_apart():
-    assert collective._exact(0.0) != collective._exact(-0.0)
-    assert collective._exact(8) != collective._exact(8.0)
-    assert collective._exact(np.int64(8)) != collective._exact(8)
-    assert collective._exact(np.array([1.0])) is None     # arrays are not kept
+    assert links.exact_key(0.0) != links.exact_key(-0.0)
+    assert links.exact_key(8) != links.exact_key(8.0)
+    assert links.exact_key(np.int64(8)) != links.exact_key(8)
+    assert links.exact_key(np.array([1.0])) is None     # arrays are not kept
     # 0-d arrays (np.where's answers: dp_parts' ranks and strides) are, by dtype and value
-    assert collective._exact(np.array(8)) == collective._exact(np.array(8))
-    assert collective._exact(np.array(8)) != collective._exact(np.array(8.0))
-    assert collective._exact(np.array(8.0)) != collective._exact(8.0)
-    assert collective._exact(np.array(8.0)) != collective._exact(np.float64(8.0))
-    assert collective._exact(np.array(0.0)) != collective._exact(np.array(-0.0))
-    assert collective._exact(np.array(8, dtype=np.int32)) != collective._exact(np.array(8))
-    assert collective._exact(np.array(True)) is None
+    assert links.exact_key(np.array(8)) == links.exact_key(np.array(8))
+    assert links.exact_key(np.array(8)) != links.exact_key(np.array(8.0))
+    assert links.exact_key(np.array(8.0)) != links.exact_key(8.0)
+    assert links.exact_key(np.array(8.0)) != links.exact_key(np.float64(8.0))
+    assert links.exact_key(np.array(0.0)) != links.exact_key(np.array(-0.0))
+    assert links.exact_key(np.array(8, dtype=np.int32)) != links.exact_key(np.array(8))
+    assert links.exact_key(np.array(True)) is None
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather", "alltoall"])
+@pytest.mark.parametrize("n,stride", [(8, 1), (16, 8), (12, 8), (np.array(16), np.array(8)),
+                                      (np.float64(32.0), 4)])
+def test_link_terms_kept_are_a_fresh_calls_and_price_every_buffer(kind, n, stride):
+    """The kept link terms of a group are the computed ones, read-only, and the collective
+    priced from them is the vectorised form's entry for every buffer."""
+    from strategies.cost.comm import catalog
+    cl = cluster_preset("dgx-h100", 4)
+    catalog._SCALAR_LINKS.clear()
+    fresh = catalog._link_terms(kind, n, stride, cl, 1.0, 1.0)
+    first = catalog.link_terms(kind, n, stride, cl)
+    assert catalog.link_terms(kind, n, stride, cl) is first
+    for a, b in zip(first, fresh):
+        assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        assert not isinstance(a, np.ndarray) or not a.flags.writeable
+    sizes = np.array([0.0, 1e3, 7.5e7, 3e9])
+    batch = catalog.catalog_time(kind, sizes, np.full(4, n), np.full(4, stride), cl)
+    for i, nb in enumerate(sizes):
+        one = catalog.catalog_time(kind, float(nb), n, stride, cl)
+        assert float(one).hex() == float(batch[i]).hex()
+
+
+def test_one_plan_stage_costs_kept_are_a_fresh_calls():
+    """Within a ``kept_records`` block one plan's stage-cost record (0-d arrays) is kept per
+    argument objects and exact plan: the computed record bit for bit, read-only; another
+    plan, cluster object or layout is computed afresh; an array of plans is never kept;
+    outside a block nothing is."""
+    from strategies.cost.stage import cost_arrays
+    job = _dualpipe_uneven()
+    P = PlanArrays.of_plan(job.plan)
+    outside = stage_cost_arrays(job.model, job.cluster, job.dtype, P, job.framework,
+                                job.system)
+    assert not cost_arrays._ONE_PLAN                # no block: nothing kept
+    with cost_arrays.kept_records():
+        _kept_records_checks(job, P)
+    assert not cost_arrays._ONE_PLAN               # the block's end drops them
+
+
+def _kept_records_checks(job, P) -> None:
+    from dataclasses import fields, replace
+
+    from strategies.cost.stage import cost_arrays
+    kept = stage_cost_arrays(job.model, job.cluster, job.dtype, P, job.framework, job.system)
+    fresh = cost_arrays.computed_stage_costs(job.model, job.cluster, job.dtype, P,
+                                             job.framework, job.system)
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, PlanArrays.of_plan(job.plan),
+                             job.framework, job.system, job.cluster.gpu) is kept
+    for f in fields(kept):
+        a, b = getattr(kept, f.name), getattr(fresh, f.name)
+        if isinstance(a, np.ndarray):
+            assert not a.flags.writeable and a.tobytes() == b.tobytes(), f.name
+    assert kept.by_kind.keys() == fresh.by_kind.keys() and kept.by_kind
+    even = replace(P, first_stage_layers=0.0)      # the layout is part of the key
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, even, job.framework,
+                             job.system) is not kept
+    other = replace(job.cluster)                   # an equal cluster, another object
+    assert stage_cost_arrays(job.model, other, job.dtype, P, job.framework,
+                             job.system) is not kept
+    many = PlanArrays.from_plans([job.plan])
+    n = len(cost_arrays._ONE_PLAN)
+    assert stage_cost_arrays(job.model, job.cluster, job.dtype, many, job.framework,
+                             job.system).layer_fwd.flags.writeable
+    assert len(cost_arrays._ONE_PLAN) == n
+
+
+def test_estimate_computes_an_even_plans_stage_costs_once(monkeypatch):
+    """A pipelined even plan's estimate: the job's stage costs, the even run and the tail's
+    re-run read one computed record; the estimate is the one a cold memo gives."""
+    from strategies.cost.stage import cost_arrays
+    job = make_job(model_preset("llama3-70b"), cluster_preset("dgx-h100", 8),
+                   parse_plan("tp=8,pp=4,dp=2,mbs=1,gbs=64,schedule=interleaved,vpp=2"))
+    calls = []
+    real = cost_arrays.computed_stage_costs
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(cost_arrays, "computed_stage_costs", counted)
+    cold = estimate(job).to_json()
+    assert len(calls) == 1 and not cost_arrays._ONE_PLAN
+    assert estimate(job).to_json() == cold and len(calls) == 2   # each estimate its own
+
+
+def test_a_cost_changed_between_two_estimates_is_read(monkeypatch):
+    """The kept record lives for one estimate: a cost function patched between two estimates
+    of the same job objects (as experiments' what-ifs and tests' monkeypatches do)
+    moves the second (the embedding's forward, 1 ms more)."""
+    from strategies.cost import embedding_head_time as eht
+    job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1),
+                   parse_plan("tp=2,pp=2,dp=2,mbs=1,gbs=16"))
+    base = estimate(job).step_time_s
+    orig = eht.embedding_time
+    monkeypatch.setattr(eht, "embedding_time", lambda *a: 1e-3 + orig(*a))
+    assert estimate(job).step_time_s > base
+    monkeypatch.setattr(eht, "embedding_time", orig)
+    assert estimate(job).step_time_s == base
 
 
 @pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),
@@ -179,6 +282,36 @@ def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp,
     assert [[x.hex() for x in v] for v in got] == [[x.hex() for x in v] for v in want]
 
 
+def test_free_comm_replay_kept_is_a_fresh_replays():
+    """A replay of the same order and exact seconds is kept: the fresh answer's values and
+    types, in new lists each time; other seconds (-0.0 against 0.0, a numpy float against a
+    float) or seconds that are not floats replay afresh."""
+    from strategies.schedules import analysis, get_schedule
+    order = analysis.free_comm_order(get_schedule("interleaved"), 4, 8, 2)
+    secs = {sig: 0.25 + 0.125 * i for i, sig in enumerate(order.sigs)}
+    analysis._REPLAYS.clear()
+    fresh = analysis._replay(order, 4, [secs[s] for s in order.sigs])
+    first = analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)])
+    again = analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)])
+    assert len(analysis._REPLAYS) == 1
+    for a, b, c in zip(first, again, fresh):
+        assert a == b == c and a is not b and type(a) is list
+        assert [type(x) for x in b] == [type(x) for x in c]
+    again[1][0] = -1.0                               # a caller's change stays its own
+    assert analysis.replay_free_comm(order, 4, lambda r, g: secs[(r, g)]) == fresh
+    np_secs = analysis.replay_free_comm(order, 4, lambda r, g: np.float64(secs[(r, g)]))
+    assert len(analysis._REPLAYS) == 2 and type(np_secs[1][0]) is np.float64
+    zero = {s: 0.0 for s in order.sigs}
+    neg = {s: -0.0 for s in order.sigs}
+    a = analysis.replay_free_comm(order, 4, lambda r, g: zero[(r, g)])
+    b = analysis.replay_free_comm(order, 4, lambda r, g: neg[(r, g)])
+    assert [x.hex() for x in b[1]] == [x.hex() for x in analysis._replay(
+        order, 4, [-0.0] * len(order.sigs))[1]]
+    assert len(analysis._REPLAYS) == 4 and a[1] == b[1]
+    arr = analysis.replay_free_comm(order, 4, lambda r, g: np.asarray(secs[(r, g)]))
+    assert len(analysis._REPLAYS) == 4 and arr[1] == fresh[1]
+
+
 @pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
 def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
     """``hop_relays`` of 0-d offsets is kept per cluster object; the kept answer has the
@@ -239,3 +372,14 @@ def test_strided_layout_kept_answers_are_the_fresh_ones():
         again = select.strided_layout(*args)
         for a, b in zip(fresh, again):
             assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize("codes", [np.array(3), np.array([2]), np.array([1, 1, 1]),
+                                   np.array([[4, 4], [4, 4]]), np.array([3, 1, 3, 0]),
+                                   np.array([], dtype=np.int64), np.array([5, 5, 6])])
+def test_present_codes_are_np_uniques(codes):
+    """The schedule codes a plan array holds: ``np.unique``'s values and dtype, whether read
+    from one code (a plan, a plan's stages) or sorted."""
+    from strategies.schedules.registry import present_codes
+    got, want = present_codes(codes.astype(np.int64)), np.unique(codes.astype(np.int64))
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

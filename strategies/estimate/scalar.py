@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from strategies.cost.stage.cost_arrays import kept_records
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.chunk_correction import by_chunk, per_chunk
 from strategies.estimate.stage_correction import per_stage, stage_slack
@@ -163,7 +164,14 @@ def _flushed(job: Job, one: Estimate) -> Estimate:
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
     Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
-    or GPU type (``per_stage``)."""
+    or GPU type (``per_stage``). One plan's stage-cost record computed once for the whole
+    estimate (``cost_arrays.kept_records``)."""
+    with kept_records():
+        return _estimate(job)
+
+
+def _estimate(job: Job) -> Estimate:
+    """``estimate`` within its ``kept_records`` block."""
     from strategies.memory.scalar import memory_by_stage
     if job.plan.flushes > 1:    # k pipeline flushes per step: one flush's estimate, composed
         return _flushed(job, estimate(flush_job(job)))
@@ -185,8 +193,14 @@ def step_arrays(job: Job, costs: StageCostMemo | None = None,
     ``job``; ``base``: a pipelined plan's uncorrected run, ``estimate_arrays`` of
     ``plan_arrays(plan)`` with ``rank_fields(job)`` on ``Cluster.gpu``, where the caller
     computed it (the search, over many plans at once)."""
+    with kept_records():        # one plan's stage-cost record, once (``cost_arrays``)
+        return _step_arrays(job, costs or StageCostMemo(job), base)
+
+
+def _step_arrays(job: Job, costs: StageCostMemo, base: dict[str, Any] | None
+                 ) -> dict[str, Any]:
+    """``step_arrays`` within its ``kept_records`` block (``costs``: the estimate's memo)."""
     p = job.plan
-    costs = costs or StageCostMemo(job)  # each GPU type's stage costs, once per estimate
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:

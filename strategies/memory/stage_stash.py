@@ -143,7 +143,15 @@ def chunk_stash(job: Job, stage: int) -> tuple[tuple[float, ...], tuple[float, .
     chunks = get_schedule(p.schedule).order_chunks(p.pp, p.vpp)
     if chunks == 1:
         return None
-    per = [_layers_bytes(job, _chunk_layers(job, stage, c)) for c in range(chunks)]
+    # each distinct content (its items in order) priced once: chunks mostly hold the same
+    bytes_of: dict[tuple, tuple[float, float]] = {}
+    per = []
+    for c in range(chunks):
+        content = _chunk_layers(job, stage, c)
+        key = tuple(content.items())
+        if key not in bytes_of:
+            bytes_of[key] = _layers_bytes(job, content)
+        per.append(bytes_of[key])
     if all(x == per[0] for x in per):
         return None
     return tuple(a for a, _ in per), tuple(w for _, w in per)

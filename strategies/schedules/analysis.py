@@ -269,12 +269,40 @@ def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
                          where[mat[order]], bounds)
 
 
+#: ``replay_free_comm``'s answers, kept by the order's id (the order held, so its id stays its
+#: own while kept), ``pp`` and each event kind's exact seconds (type and ``float.hex``): a
+#: scalar estimate replays the even split's order more than once, and a validation the same
+#: job's again (reference_mape: 396 replays, 246 distinct). Started over past
+#: ``REPLAYS_KEPT``.
+_REPLAYS: dict[tuple, tuple[FreeCommOrder, tuple]] = {}
+REPLAYS_KEPT = 512
+_EXACT = (float, np.float64)
+
+
 def replay_free_comm(order: FreeCommOrder, pp: int,
                      seconds: Callable[[int, Members], float]) -> tuple[list, list, list]:
     """Each rank's first start, last end and busy seconds when ``order``
     (``free_comm_order``) runs with free communication: an event starts when its rank is
-    free and the events it waits for have ended, and lasts ``seconds(rank, members)``."""
+    free and the events it waits for have ended, and lasts ``seconds(rank, members)``.
+    Kept for seconds that are floats (``_REPLAYS``): a fresh replay's answer, bit for bit."""
     dur = [seconds(r, g) for r, g in order.sigs]
+    key = None
+    if all(type(x) in _EXACT for x in dur):
+        key = (id(order), pp, tuple(type(x) is float for x in dur),
+               tuple(float.hex(float(x)) for x in dur))
+        hit = _REPLAYS.get(key)
+        if hit is not None and hit[0] is order:
+            return tuple(list(x) for x in hit[1])
+    out = _replay(order, pp, dur)
+    if key is not None:
+        if len(_REPLAYS) >= REPLAYS_KEPT:
+            _REPLAYS.clear()
+        _REPLAYS[key] = (order, tuple(tuple(x) for x in out))
+    return out
+
+
+def _replay(order: FreeCommOrder, pp: int, dur: list) -> tuple[list, list, list]:
+    """``replay_free_comm`` computed, each event kind's seconds ``dur`` (``order.sigs``')."""
     free: list[float] = [0.0] * pp
     first: list[Any] = [None] * pp
     busy: list[float] = [0.0] * pp

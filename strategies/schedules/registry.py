@@ -121,13 +121,23 @@ def attr_by_code(codes: Any, attr: str) -> np.ndarray:
     return table[np.asarray(codes, dtype=np.int64)]
 
 
+def present_codes(codes: np.ndarray) -> np.ndarray:
+    """The distinct schedule codes in ``codes`` (int64), sorted: ``np.unique``'s answer, read
+    without its sort (and its masked-array test, which imports ``numpy.ma``) where every
+    entry is the same code (one plan, or one plan's stages)."""
+    flat = codes.reshape(-1)
+    if flat.size and not np.any(flat != flat[0]):
+        return flat[:1]
+    return np.unique(codes)
+
+
 def dispatch(codes: Any, method: str, *args: Any) -> np.ndarray:
     """``schedule.method(*args)`` for each plan, by its schedule code: the arrays are
     broadcast together and each schedule present sees only its own plans (float result)."""
     arrs = np.broadcast_arrays(np.asarray(codes, dtype=np.int64), *(np.asarray(a) for a in args))
     c, rest = arrs[0], arrs[1:]
     out = np.zeros(c.shape)
-    for code in np.unique(c):
+    for code in present_codes(c):
         sel = c == code
         out[sel] = getattr(schedule_of_code(code), method)(*(a[sel] for a in rest))
     return out

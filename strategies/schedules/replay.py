@@ -174,12 +174,12 @@ def reduce_queue_tails_by_code(codes: Any, need: Any, m: Any, t_max: Any, t_sum:
     schedule has one (the V schedules, ``vshape.VShape``), else ``-inf``: each kind of rank's
     (first, middle, last) reduce-scatter queue's end after the span. Arrays over plans;
     seconds."""
-    from strategies.schedules.registry import schedule_of_code
+    from strategies.schedules.registry import present_codes, schedule_of_code
     args = np.broadcast_arrays(*(np.asarray(x) for x in (codes, need, m, t_max, t_sum, w_share,
                                                          f_share, pp, *rs, *edge)))
     c, need = args[0].astype(np.int64), args[1].astype(bool)
     out = [np.full(c.shape, -np.inf) for _ in range(3)]
-    for code in np.unique(c[need]).tolist():
+    for code in present_codes(c[need]).tolist():
         sched = schedule_of_code(code)
         if not hasattr(sched, "reduce_queue_tails"):
             continue

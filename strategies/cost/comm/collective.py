@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost.comm.catalog import catalog_time
-from strategies.cost.comm.links import MEMO_KEPT, in_one_node
+from strategies.cost.comm.links import MEMO_KEPT, exact_key, in_one_node
 from strategies.cost.comm.profile_scale import measured_scale, measured_table
 from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
@@ -38,28 +38,13 @@ from topologies.cluster import Cluster
 # is not 0.0); the answer
 # is an immutable numpy scalar, the same object a fresh call would equal bit for bit.
 _SCALAR_TIMES: dict[tuple, tuple[Cluster, Num]] = {}
-_FLOATS = (float, np.float64)
-_INTS = (int, np.int64)
-
-
-def _exact(x) -> tuple | None:
-    """``x`` as a key that tells apart every value and type (None for anything else)."""
-    t = type(x)
-    if t in _FLOATS:
-        return (t, float.hex(float(x)))
-    if t in _INTS:
-        return (t, int(x))
-    if t is np.ndarray and x.ndim == 0 and x.dtype.kind in "fi":  # a 0-d array (np.where's)
-        v = x[()]
-        return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
-    return None
 
 
 def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
                     remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
     """``_collective_time`` (below), kept for scalar arguments (``_SCALAR_TIMES``)."""
-    parts = (kind, id(cluster)) + tuple(map(_exact, (nbytes, n, stride, remote_scale,
-                                                     nvlink_share)))
+    parts = (kind, id(cluster)) + tuple(map(exact_key, (nbytes, n, stride, remote_scale,
+                                                        nvlink_share)))
     if None in parts:
         return _collective_time(kind, nbytes, n, stride, cluster, remote_scale, nvlink_share)
     hit = _SCALAR_TIMES.get(parts)

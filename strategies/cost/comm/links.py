@@ -22,6 +22,8 @@ local indices relay.
 """
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import numpy as np
 
 from strategies.collectives.select import strided_layout
@@ -38,6 +40,40 @@ MEMO_KEPT = 8192
 #: ``hop_relays`` of 0-d offsets, kept by the cluster's id with the cluster itself
 #: (``collective``'s memo rule)
 _SCALAR_RELAYS: dict[tuple, tuple[Cluster, np.ndarray]] = {}
+_FLOATS = (float, np.float64)
+_INTS = (int, np.int64)
+
+
+def exact_key(x) -> tuple | None:
+    """``x`` (a Python or numpy scalar, or a 0-d array) as a memo key that tells apart every
+    value and type (a 0-d array's dtype too; ``float.hex``: -0.0 is not 0.0), so a kept
+    answer is the one a fresh call with ``x`` gives, bit for bit; None for anything else
+    (an array of plans: not kept). The communication costs' memos of scalar arguments
+    (``collective.collective_time``, ``catalog.link_terms``) read it."""
+    t = type(x)
+    if t in _FLOATS:
+        return (t, float.hex(float(x)))
+    if t in _INTS:
+        return (t, int(x))
+    if t is np.ndarray and x.ndim == 0 and x.dtype.kind in "fi":  # a 0-d array (np.where's)
+        v = x[()]
+        return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
+    return None
+
+
+def keep_answer(memo: dict, key: tuple, held: Any, out: Any, arrays: Iterable,
+                limit: int = MEMO_KEPT) -> Any:
+    """``out`` kept in ``memo`` under ``key`` with ``held`` (the objects whose ids the key
+    names, so they stay their own), each numpy array among ``arrays`` (``out``'s) made
+    read-only first, as it is handed out again; ``memo`` started over when it holds
+    ``limit`` answers. Returns ``out``."""
+    for x in arrays:
+        if isinstance(x, np.ndarray):
+            x.flags.writeable = False
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = (held, out)
+    return out
 
 
 def hop_relays(cluster: Cluster, offsets) -> np.ndarray:

@@ -7,7 +7,9 @@ terms, each traffic's bytes (``comm_fields``), what each kind of rank holds
 Seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from strategies.cost import cp_a2a, cp_hier, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import tp_ends
+from strategies.cost.comm.links import keep_answer
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage.array_record import Z3_KEYS, StageCostArrays
 from strategies.cost.stage.inputs import StageInputs, stage_inputs
@@ -33,6 +36,31 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
+#: ``stage_cost_arrays`` of one plan (0-d ``PlanArrays``, the scalar estimate's), kept within
+#: ``kept_records`` blocks by the arguments' identities (each held, so an id stays its own
+#: while kept) and the plan's exact values: one estimate reads the same record for the
+#: job's stage costs, its even run and its tail's re-run (``estimate.scalar``). Emptied when
+#: the outermost block ends, so a cost function changed between two estimates (an
+#: experiment's what-if, a test's monkeypatch) is read afresh; every kept array is
+#: read-only.
+_ONE_PLAN: dict[tuple, tuple[tuple, StageCostArrays]] = {}
+_OPEN = {"depth": 0}
+ONE_PLAN_KEPT = 64
+
+
+@contextmanager
+def kept_records() -> Iterator[None]:
+    """Within the block ``stage_cost_arrays`` keeps each one-plan record it computes
+    (``_ONE_PLAN``); blocks nest, and the outermost one's end drops them."""
+    _OPEN["depth"] += 1
+    try:
+        yield
+    finally:
+        _OPEN["depth"] -= 1
+        if not _OPEN["depth"]:
+            _ONE_PLAN.clear()
+
+
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                       plans: PlanArrays | Mapping[str, Any],
                       framework: FrameworkProfile | str | None = None,
@@ -41,7 +69,29 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     """The stage-cost record of every plan in ``plans`` (``PlanArrays`` or the search space's
     short columns) on ``cl`` in ``dtype`` with the ``framework`` profile and ``system``
     constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``), computed on ``gpu`` (default:
-    the cluster's ``gpu``, its slowest type)."""
+    the cluster's ``gpu``, its slowest type). One plan's (0-d arrays) is kept within a
+    ``kept_records`` block (``_ONE_PLAN``): the same record a fresh call computes, bit for
+    bit."""
+    if not _OPEN["depth"] or not isinstance(plans, PlanArrays) or plans.tp.ndim != 0:
+        return computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
+    gpu = cl.gpu if gpu is None else gpu
+    held = (m, cl, framework, system, gpu)
+    key = (dtype, *(x if x is None or isinstance(x, str) else id(x) for x in held),
+           *(getattr(plans, f.name).tobytes() for f in fields(PlanArrays)))
+    hit = _ONE_PLAN.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], held)):
+        return hit[1]
+    out = computed_stage_costs(m, cl, dtype, plans, framework, system, gpu)
+    return keep_answer(_ONE_PLAN, key, held, out, (getattr(r, f.name) for r in (
+        out, *out.by_kind.values()) for f in fields(r)), ONE_PLAN_KEPT)
+
+
+def computed_stage_costs(m: ModelSpec, cl: Cluster, dtype: str,
+                         plans: PlanArrays | Mapping[str, Any],
+                         framework: FrameworkProfile | str | None = None,
+                         system: SystemConfig | None = None,
+                         gpu: GPU | None = None) -> StageCostArrays:
+    """``stage_cost_arrays`` computed (never kept)."""
     si = stage_inputs(m, cl, dtype, plans, framework, system, gpu)
     P, fw, sy, gpu, full, zeros = si.P, si.fw, si.sy, si.gpu, si.full, si.zeros
     tp, dp, cp, ep, b = P.tp, P.dp, P.cp, P.ep, P.mbs

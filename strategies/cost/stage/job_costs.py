@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from strategies.cost.stage.array_record import StageCostArrays
 from strategies.cost.stage.cost_arrays import stage_cost_arrays
 from strategies.cost.stage.record import KindCosts, StageCosts
@@ -19,8 +21,11 @@ from topologies.gpus import GPU
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
     """Entry ``i`` (a plan with ``pp`` stages) of ``arrays`` as a ``StageCosts`` record."""
+    def at(x) -> float:
+        return float(np.reshape(x, -1)[i])     # (one plan's 0-d arrays: entry 0)
+
     def f(name: str) -> float:
-        return float(getattr(arrays, name)[i])
+        return at(getattr(arrays, name))
 
     def stage(kind: str, s: int) -> float:
         which = "first" if s == 0 else "last" if s == pp - 1 else "mid"
@@ -34,8 +39,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),
         embedding_fwd=f("embedding_fwd"), embedding_bwd=f("embedding_bwd"),
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
-        tp_per_layer_fwd=float(arrays.tp_per_layer_fwd[i]),
-        tp_per_layer_bwd=float(arrays.tp_per_layer_bwd[i]),
+        tp_per_layer_fwd=at(arrays.tp_per_layer_fwd),
+        tp_per_layer_bwd=at(arrays.tp_per_layer_bwd),
         tp_per_layer_recompute=f("tp_per_layer_recompute"),
         recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
         ep_per_layer_recompute=f("ep_per_layer_recompute"),
@@ -80,7 +85,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap, copy_rate=arrays.copy_rate,
-        by_kind={k: KindCosts(**{f: float(getattr(v, f)[i]) for f in KindCosts.__dataclass_fields__})
+        by_kind={k: KindCosts(**{f: at(getattr(v, f)) for f in KindCosts.__dataclass_fields__})
                  for k, v in arrays.by_kind.items()})
 
 
@@ -93,8 +98,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     layers by kind (``stage_params``)."""
     p, sy = job.plan, job.system
     gpu = job.cluster.gpu if gpu is None else gpu
-    arrays = stage_cost_arrays(job.model, job.cluster, job.dtype,
-                               PlanArrays.from_plans([p]), job.framework, sy, gpu=gpu)
+    arrays = stage_cost_arrays(job.model, job.cluster, job.dtype, PlanArrays.of_plan(p),
+                               job.framework, sy, gpu=gpu)
     rec = stage_costs_at(arrays, 0, p.pp)
     lay = job.layout
     if lay.uniform and not rec.by_kind:
