@@ -9,7 +9,7 @@ sequences (default: the report's batch, the full step), with a timeline
 of a window of the step (a few ranks, a few micro-batches, every stream: the all-to-all
 lanes under the compute).
 
-    python experiments/report_deepseek.py                      # docs/reports/ (~8 min)
+    python experiments/report_deepseek.py                      # docs/reports/ (~15 s)
     python experiments/report_deepseek.py --model tiny-moe.yaml --cluster hgx-h800:2 \\
         --plan tp=1,pp=4,ep=4,zero=1,mbs=1 --gbs 64 --sim-gbs 32 --out /tmp/r   # seconds
 """
@@ -374,7 +374,13 @@ def render(a, argv, data, real, model, extra) -> str:
               "move the same all-to-all bytes per step): in flight is the union of a rank's "
               "dispatch and combine intervals, under compute the part while the rank "
               "computes, exposed the breakdown's `ep_comm` (the rank idle, waiting for it). "
-              "The step's breakdown (`breakdown_s` in the JSON) is the critical rank's.", ""]
+              "The step's breakdown (`breakdown_s` in the JSON) is the critical rank's. "
+              "Bubble: the analytic column's is the critical (busiest) stage's idle share; "
+              "the simulated one is the most idle stage's, and here the middle stages wait "
+              "for the end ranks, which hold the embedding, the head and the MTP module: "
+              "the critical rank's own bubble is "
+              + ", ".join(f"{s} {_pct(sims[s]['breakdown_s']['bubble'] / sims[s]['step_time_s'])}"
+                          for s in SCHEDULES) + ".", ""]
     d, o = sims["dualpipe"], sims["1f1b"]
     lines += [f"- Exposed all-to-all: DualPipe {d['a2a']['exposed_s']:.2f} s against 1F1B "
               f"{o['a2a']['exposed_s']:.2f} s; DualPipe's step "

@@ -103,7 +103,8 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"step time       {fmt_s(out['step_time_s'])}",
              f"tokens/s        {out['tokens_per_s']:,.0f}",
              f"MFU / HFU       {100 * out['mfu']:.1f} % / {100 * out['hfu']:.1f} %",
-             f"bubble          {100 * out['bubble_fraction']:.1f} % of the step (worst stage)",
+             f"bubble          {100 * out['bubble_fraction']:.1f} % of the step "
+             f"({'most idle stage' if out.get('simulated') else 'critical stage'})",
              f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.min_hbm_bytes / 2**30:.0f} GiB"
              f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
     if cl.faults:
