@@ -172,10 +172,11 @@ def test_cli_bad_input_exits_2(argv, words, capsys):
 
 
 @pytest.mark.slow
-def test_search_on_a_mixed_cluster_reports_uneven_plans():
-    from simulator.search.run import SearchConfig, run_search
-    rep = run_search(SearchConfig(model=model_preset("gpt-1.7b"), cluster=parse_cluster_arg(MIXED),
-                                  gbs=32, k=3))
+def test_search_on_a_mixed_cluster_reports_uneven_plans(hetero_report):
+    """The report's two searches (``paraplan search``, gpt-1.7b, global batch 32, its top 5):
+    the mixed cluster's reports heterogeneity-aware plans, each simulated to its step time;
+    the uniform baseline's reports none."""
+    rep = hetero_report[1]["mixed"]
     assert rep["inputs"]["gpus_text"] == "8 x H100-SXM5-80GB + 8 x A100-SXM4-80GB"
     un = rep["uneven"]
     assert un["plans"] and un["candidates"] >= len(un["plans"])
@@ -191,9 +192,8 @@ def test_search_on_a_mixed_cluster_reports_uneven_plans():
         job = _job(parse_cluster_arg(MIXED), __import__("strategies.plan").plan.parse_plan(
             r["key"]), model="gpt-1.7b")
         assert simulate(job).step_time_s == pytest.approx(r["step_time_s"], rel=1e-9)
-    assert "uneven" not in run_search(SearchConfig(model=model_preset("gpt-1.7b"),
-                                                   cluster=cluster_preset("dgx-a100", 2),
-                                                   gbs=32, k=3))
+    assert hetero_report[1]["baseline"]["inputs"]["cluster"] == "dgx-a100:2"
+    assert "uneven" not in hetero_report[1]["baseline"]
 
 
 def test_example_file_is_the_preset_sum():
@@ -298,14 +298,24 @@ def test_estimate_of_batch_shares_waits_for_the_slowest_group():
     assert (a.step_time_s, a.mfu, a.hfu) == (b.step_time_s, b.mfu, b.hfu)
 
 
-@pytest.mark.slow
-def test_heterogeneous_report(tmp_path):
+@pytest.fixture(scope="module")
+def hetero_report(tmp_path_factory):
+    """experiments/report_heterogeneous.py run once (gpt-1.7b, dgx-a100:2 against ``MIXED``,
+    global batch 32): its output folder and its JSON, which holds the two searches' reports;
+    read by the report's test and the mixed-cluster search's (the same two searches)."""
     import json
     from experiments import report_heterogeneous as rh
+    out = tmp_path_factory.mktemp("hetero")
     assert rh.main(["--model", "gpt-1.7b", "--baseline", "dgx-a100:2", "--mixed", MIXED,
-                    "--global-batch", "32", "--out", str(tmp_path)]) == 0
+                    "--global-batch", "32", "--out", str(out)]) == 0
+    return out, json.loads((out / "heterogeneous.json").read_text())
+
+
+@pytest.mark.slow
+def test_heterogeneous_report(hetero_report):
+    from experiments import report_heterogeneous as rh
+    tmp_path, data = hetero_report
     md = (tmp_path / "heterogeneous.md").read_text()
-    data = json.loads((tmp_path / "heterogeneous.json").read_text())
     best = rh.best_of(data["mixed"])
     assert f"{best['step_time_s']:.4g} s per step" in md
     assert best["step_time_s"] < rh.best_of(data["baseline"])["step_time_s"]

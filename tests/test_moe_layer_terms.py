@@ -4,7 +4,9 @@ restored, and the finding: the GPU-rate terms' cross-GPU ratio is what the graph
 measure, the eager rows' is not, and the Grace-hosted eager row misses more than its x86 twin."""
 from __future__ import annotations
 
+import glob
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +14,7 @@ from experiments import moe_layer_terms as t
 from experiments.calibration_ablation import cost_holders
 from experiments.qwen3_h100_residual import parts
 from strategies.cost import layer_time
+from strategies.reference.cases import case_from_entry, load_reference
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,21 @@ def test_finding_graphed_ratios_hold_eager_grace_ratios_do_not(rows) -> None:
 
 
 @pytest.mark.slow
-def test_by_gpu_reads_reference_mape_rows() -> None:
+def test_by_gpu_reads_reference_mape_rows(monkeypatch) -> None:
+    """``--by-gpu`` over every file that holds a B300 MoE entry (the rows asserted on, each
+    one priced; GB200 dense rows are among them), the other files not priced (by_gpu's
+    GPU and kind come from each entry's job, read here for every file): no file holds an
+    A100 MoE entry, so none of by_gpu's rows can be one."""
+    kinds = {}
+    for f in sorted(glob.glob(t.DATA + "*.json")):
+        if f.endswith("/published.json") or "schedule_studies" in f:  # as by_gpu
+            continue
+        jobs = [case_from_entry(e).job for e in load_reference(f)]
+        kinds[f] = {("moe" if j.model.is_moe else "dense", j.cluster.gpu.name)
+                    for j in jobs if j is not None}
+    assert not any(k == "moe" and g.startswith("A100") for ks in kinds.values() for k, g in ks)
+    b300_files = [f for f, ks in kinds.items() if ("moe", "B300-SXM-288GB") in ks]
+    monkeypatch.setattr(t, "glob", SimpleNamespace(glob=lambda pattern: b300_files))
     acc = t.by_gpu()
     b300 = acc[("moe", "B300-SXM-288GB")]
     assert len(b300) >= 5 and all(e < 0 for e in b300)   # every B300 MoE row too fast
