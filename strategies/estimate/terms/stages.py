@@ -67,6 +67,16 @@ class Span:
     bubble: Any
 
 
+def bubble_share(bubble: Any, step: Any) -> Any:
+    """``bubble_fraction``, the one rule the estimate and the simulator report: the pipeline's
+    bottleneck stage's bubble (seconds, the breakdown's ``bubble``; the busiest stage's idle
+    time that no communication covers) over the step (seconds); 0 where the step is 0.
+    Arrays or numbers."""
+    step = np.asarray(step, dtype=float)
+    return np.where(step > 0, np.asarray(bubble, dtype=float) / np.where(step > 0, step, 1.0),
+                    0.0)
+
+
 def mtp_seconds(sc: StageCostArrays, comm: LayerComm, modules: int,
                 layers: int) -> tuple[Any, Any]:
     """(All, backward) seconds per micro-batch of the multi-token-prediction modules on the
