@@ -13,12 +13,14 @@ import json
 import pytest
 
 from simulator.cli.main import main
+from simulator.extend import simulate_figures
 from simulator.simulate import simulate, to_json
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset
+from topologies.cluster.arg import parse_cluster_arg
 
 #: end stages heavier (embedding on rank 0, LM head on the last, or a 4/8/8/4 split whose
 #: middle stages are the heavier), under the schedules whose closed forms differ
@@ -65,12 +67,30 @@ def test_a_critical_rank_off_the_busiest_stage_keeps_its_own_breakdown():
     assert m["bubble_fraction"] == m["bubble_fraction_by_stage"][-1] < m["bubble_fraction_by_stage"][0]
 
 
-def test_flushed_simulation_keeps_the_two_views():
+def test_flushed_and_mixed_keep_the_one_rule():
+    """Two flushes (``strategies.flushes``) and a mixed cluster (``mixed.synchronised_runs``)
+    rebuild the step: the estimate's figure is still its breakdown's bubble over its step
+    (two flushes: 12.5 %, where the least busy stage's view gave 32.0 %), and the flushed
+    simulation keeps both stage views, in agreement with the estimate."""
     job = _job("tp=2,pp=4,gbs=32,flushes=2")
-    m = simulate(job).metrics
+    e, m = estimate(job), simulate(job).metrics
+    assert e.bubble_fraction == e.breakdown_s["bubble"] / e.step_time_s
     assert m["flushes"] == 2
     assert m["bubble_fraction"] == min(m["bubble_fraction_by_stage"])
     assert m["max_stage_bubble_fraction"] == max(m["bubble_fraction_by_stage"])
+    assert e.bubble_fraction == pytest.approx(m["bubble_fraction"], abs=0.01)
+    mixed = make_job(model_preset("gpt-1.7b"), parse_cluster_arg("dgx-h100:1+dgx-a100:1"),
+                     parse_plan("tp=2,pp=2,gbs=32"))
+    e = estimate(mixed)
+    assert e.bubble_fraction == e.breakdown_s["bubble"] / e.step_time_s > 0
+
+
+def test_search_figures_report_the_same_bubble():
+    """A search row's figures (``extend.simulate_figures``, in full here) carry the
+    simulation's ``bubble_fraction``."""
+    job = _job(PLANS[0])
+    assert simulate_figures(job, exact=True)["bubble_fraction"] == \
+        simulate(job).metrics["bubble_fraction"]
 
 
 def test_both_cli_lines_name_the_busiest_stage(capsys):
