@@ -169,7 +169,8 @@ def simulate_row(task: dict[str, Any]) -> dict[str, Any]:
                   window=(lo, hi),
                   title=f"{task['schedule']}: {job.model.name} {job.plan.short()} on "
                         f"{job.cluster.name}, {lo:.4g}-{hi:.4g} s of the step")
-    keep = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "breakdown_s",
+    keep = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction",
+            "max_stage_bubble_fraction", "breakdown_s",
             "memory", "memory_by_stage", "fits", "num_microbatches", "exposed_comm_s",
             "overlapped_comm_s", "events", "wall_s", "analytic_step_time_s", "fold_note",
             "simulated_ranks", "critical_rank", "a2a", "window_s")
@@ -375,10 +376,14 @@ def render(a, argv, data, real, model, extra) -> str:
               "dispatch and combine intervals, under compute the part while the rank "
               "computes, exposed the breakdown's `ep_comm` (the rank idle, waiting for it). "
               "The step's breakdown (`breakdown_s` in the JSON) is the critical rank's. "
-              "Bubble: the analytic column's is the critical (busiest) stage's idle share; "
-              "the simulated one is the most idle stage's, and here the middle stages wait "
-              "for the end ranks, which hold the embedding, the head and the MTP module: "
-              "the critical rank's own bubble is "
+              "Bubble: the busiest stage's idle share of the step in both columns (the "
+              "estimate's breakdown `bubble` over its step; the simulated stage with the "
+              "least bubble). The middle stages also wait for the end ranks, which hold the "
+              "embedding, the head and the MTP module: the most idle stage's "
+              "(`max_stage_bubble_fraction`) is "
+              + ", ".join(f"{s} {_pct(sims[s]['max_stage_bubble_fraction'])}"
+                          for s in SCHEDULES)
+              + "; the critical rank's own "
               + ", ".join(f"{s} {_pct(sims[s]['breakdown_s']['bubble'] / sims[s]['step_time_s'])}"
                           for s in SCHEDULES) + ".", ""]
     d, o = sims["dualpipe"], sims["1f1b"]

@@ -60,7 +60,7 @@ def _rows_table(out: dict[str, Any]) -> str:
                      fmt(r["memory"]["simulated_activations_peak_gib"], 1),
                      fmt(r["p2p"]["per_gpu_bytes"] / GIB, 2),
                      fmt(r["p2p"]["total_bytes"] / GIB, 1)])
-    return md_table(["schedule", "step s (sim)", "step s (analytic)", "bubble (worst stage)",
+    return md_table(["schedule", "step s (sim)", "step s (analytic)", "bubble (busiest stage)",
                      "bubble/ideal sim / closed", "peak GiB", "activations GiB (sim)",
                      "p2p GiB per GPU", "p2p GiB all GPUs"], rows, align="lrrrrrrrr")
 
@@ -169,8 +169,9 @@ def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd
              f"{inp['num_microbatches']} micro-batches per pipeline), under each schedule:", "",
              f"`{main_cmd}`", "",
              _rows_table(main_out), "",
-             "Bubble (worst stage): idle compute over the step. Bubble/ideal: idle over busy "
-             "time on the bottleneck stage, against the closed form. Peak memory is the "
+             "Bubble (busiest stage): idle compute over the step on the bottleneck stage, "
+             "as `estimate` reports it. Bubble/ideal: idle over busy time on that stage, "
+             "against the closed form. Peak memory is the "
              "estimator's per-GPU peak (\"over\": above the GPU's memory); the activation "
              "peak is measured on the simulated timeline; point-to-point bytes are the "
              "simulated sends of one step.", ""]

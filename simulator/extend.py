@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from simulator.metrics import stage_bubbles
+from strategies.estimate.terms.stages import bubble_share
 from strategies.job import Job, make_job
 from strategies.schedules import get_schedule
 
@@ -144,8 +146,8 @@ def extend_figures(a: dict[str, Any], b: dict[str, Any], m: int, g: int,
 def finish(fig: dict[str, Any], method: str) -> dict[str, Any]:
     """The figures the search reports (``simulator.search.executors.evaluate``)."""
     step = fig["step_time_s"]
-    fractions = [s / step if step > 0 else 0.0 for s in fig["bubble_s_by_stage"]]
-    return {"step_time_s": step, "bubble_fraction": max(fractions, default=0.0),
+    fractions = [float(bubble_share(s, step)) for s in fig["bubble_s_by_stage"]]
+    return {"step_time_s": step, "bubble_fraction": stage_bubbles(fractions)["bubble_fraction"],
             "exposed_comm_s": fig["exposed_comm_s"],
             "overlapped_comm_s": fig["overlapped_comm_s"],
             "breakdown_s": dict(fig["breakdown_s"]), "events": int(round(fig["events"])),

@@ -167,6 +167,17 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
     return out, measure(intersect(intersect(all_comm, window), all_busy))
 
 
+def stage_bubbles(by_stage: list[float]) -> dict[str, float]:
+    """The two stage views of the simulated bubble from ``by_stage`` (each stage's first
+    rank's bubble over the step, ``bubble_fraction_by_stage``): ``bubble_fraction``, the
+    bottleneck (busiest) stage's, the least of them (the estimate's figure, its breakdown's
+    ``bubble`` over the step: ``strategies.estimate.terms.stages.bubble_share``), and
+    ``max_stage_bubble_fraction``, the most idle stage's (a stage lighter than the
+    bottleneck also waits for it once per micro-batch)."""
+    return {"bubble_fraction": min(by_stage, default=0.0),
+            "max_stage_bubble_fraction": max(by_stage, default=0.0)}
+
+
 # ----------------------------------------------------------------------- memory
 def activation_series(records: list[Record], per_chunk: float | Sequence[float],
                       per_w: float | Sequence[float] = 0.0,

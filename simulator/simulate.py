@@ -22,7 +22,7 @@ from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
                                activation_series, busiest, link_classes, link_name,
-                               rank_breakdown, rank_ends, top_links)
+                               rank_breakdown, rank_ends, stage_bubbles, top_links)
 from simulator.program.ops import Program
 from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
@@ -31,6 +31,7 @@ from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
 from strategies.cost.system import get_system
 from strategies.cost import flop_counts
+from strategies.estimate.terms.stages import bubble_share
 from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.cost.stage import StageCosts
 from strategies.cost.recompute import plan_share as rc_share
@@ -168,7 +169,7 @@ def _flushed(one: SimResult, k: int) -> SimResult:
               "bubble_fraction_by_stage": [b * scale for b in m["bubble_fraction_by_stage"]],
               "idle_fraction_by_stage": [f * scale for f in m["idle_fraction_by_stage"]],
               "flushes": k})
-    m["bubble_fraction"] = max(m["bubble_fraction_by_stage"], default=0.0)
+    m.update(stage_bubbles(m["bubble_fraction_by_stage"]))
     one.step_time_s = step
     return one
 
@@ -193,7 +194,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     for stage in range(job.plan.pp):
         rank = first_of_stage[stage]
         part, _ = parts[rank] = rank_breakdown(by_rank[rank], step)
-        bubbles.append(part["bubble"] / step if step > 0 else 0.0)
+        bubbles.append(float(bubble_share(part["bubble"], step)))
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
     breakdown, overlapped = parts.get(critical) or rank_breakdown(by_rank[critical], step)
@@ -201,7 +202,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
         "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
         "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
-        "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle}
+        **stage_bubbles(bubbles), "idle_fraction_by_stage": idle}
     if figures_only:
         return {**figures, "fold_note": spec.note, "rank_ends_s": ends}
     per_stage: dict[int, tuple[float, float]] = {}     # the same for every rank of a stage
@@ -249,7 +250,8 @@ def degraded_links(net: SimNetwork, link_bytes: dict, step: float) -> list[dict[
 
 def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     """The CLI's ``simulate`` JSON: the ``estimate`` keys with the simulated step time,
-    throughput, MFU/HFU, bubble and breakdown, plus ``simulated``, ``exposed_comm_s``,
+    throughput, MFU/HFU, bubble (the bottleneck stage's, as the estimate's) and breakdown, plus
+    ``max_stage_bubble_fraction``, ``bubble_fraction_by_stage``, ``simulated``, ``exposed_comm_s``,
     ``overlapped_comm_s``, ``events``, ``wall_s``, ``analytic_step_time_s``, the folding keys
     and ``network`` (the backend)."""
     from strategies.estimate.scalar import estimate
@@ -269,6 +271,8 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
                                      job.framework.recompute_flash_fwd))
         if step > 0 else 0.0,
         "bubble_fraction": m["bubble_fraction"],
+        "max_stage_bubble_fraction": m["max_stage_bubble_fraction"],
+        "bubble_fraction_by_stage": m["bubble_fraction_by_stage"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},
         "simulated": True, "exposed_comm_s": m["exposed_comm_s"],
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,

@@ -185,7 +185,8 @@ def test_metrics_and_json():
     assert sum(m["breakdown_s"].values()) == pytest.approx(res.step_time_s, rel=1e-12)
     assert m["exposed_comm_s"] > 0 and m["overlapped_comm_s"] > 0
     assert len(m["bubble_fraction_by_stage"]) == 2
-    assert m["bubble_fraction"] == max(m["bubble_fraction_by_stage"])
+    assert m["bubble_fraction"] == min(m["bubble_fraction_by_stage"])     # the busiest stage's
+    assert m["max_stage_bubble_fraction"] == max(m["bubble_fraction_by_stage"])
     assert 0 < len(m["link_utilisation"]) <= 10
     assert all(0 < row["utilisation"] <= 1 for row in m["link_utilisation"])
     out = to_json(res, job)

@@ -136,7 +136,7 @@ def render(out: dict, job) -> str:
         lines.append(table(["schedule", "step (sim)", "analytic", "bubble",
                             "bubble/ideal sim/closed", "peak GiB", "p2p GiB/GPU", "p2p GiB total"],
                            body, align="lrrrrrrr"))
-        lines.append("bubble: idle over the step, worst stage; bubble/ideal: bottleneck stage, "
+        lines.append("bubble: idle over the step, busiest stage (as estimate's); bubble/ideal: that stage, "
                      "simulated / the schedule's closed form ((pp-1)/(vpp*m); split backward: with W's "
                      "share); (!) over the GPU's memory")
     lines += [f"{r['schedule']}: invalid here: {r['error']}" for r in out["rows"] if not r["valid"]]

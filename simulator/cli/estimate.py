@@ -104,7 +104,8 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"tokens/s        {out['tokens_per_s']:,.0f}",
              f"MFU / HFU       {100 * out['mfu']:.1f} % / {100 * out['hfu']:.1f} %",
              f"bubble          {100 * out['bubble_fraction']:.1f} % of the step "
-             f"({'most idle stage' if out.get('simulated') else 'critical stage'})",
+             + ("(busiest stage)" if not out.get("simulated") else
+                f"(busiest stage; most idle stage {100 * out['max_stage_bubble_fraction']:.1f} %)"),
              f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.min_hbm_bytes / 2**30:.0f} GiB"
              f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
     if cl.faults:

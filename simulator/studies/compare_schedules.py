@@ -11,9 +11,10 @@ other schedules are compared. Unknown schedule names are input errors (``SpecErr
 
 Bubble in two units:
 
-* ``bubble_fraction``: idle compute over the step, on the worst stage (as ``simulate``'s JSON).
-* ``bubble_over_ideal``: idle over busy time, on the *bottleneck* stage (the one with the
-  least idle time), the unit of the closed forms ``(pp-1)/m`` (GPipe, 1F1B) and
+* ``bubble_fraction``: idle compute over the step, on the *bottleneck* stage (the one with the
+  least idle time; as ``simulate``'s and ``estimate``'s JSON); ``bubble_fraction_by_stage``
+  each stage's.
+* ``bubble_over_ideal``: idle over busy time, on the same bottleneck stage, the unit of the closed forms ``(pp-1)/m`` (GPipe, 1F1B) and
   ``(pp-1)/(vpp·m)`` (interleaved). With balanced stages every stage has this value; when
   the embedding or the LM head makes an end stage heavier, the other stages also wait for it
   once per micro-batch, which is imbalance, not schedule bubble, and is left out this way.
@@ -130,9 +131,9 @@ def p2p_bytes(result) -> dict[str, float]:
 
 
 def bubble_over_ideal(result) -> float:
-    """Idle over busy compute time on the bottleneck stage (see the module docstring)."""
-    fracs = result.metrics["bubble_fraction_by_stage"]
-    f = min(fracs) if fracs else 0.0
+    """Idle over busy compute time on the bottleneck stage (see the module docstring):
+    ``bubble_fraction`` (the least of ``bubble_fraction_by_stage``) over its complement."""
+    f = result.metrics["bubble_fraction"]
     return f / (1.0 - f) if f < 1.0 else float("inf")
 
 
@@ -162,6 +163,7 @@ def row_for(choice: ScheduleChoice, job: Job, result) -> dict[str, Any]:
         "tokens_per_s": out["tokens_per_s"], "mfu": out["mfu"],
         "bubble_fraction": out["bubble_fraction"],
         "bubble_fraction_by_stage": result.metrics["bubble_fraction_by_stage"],
+        "max_stage_bubble_fraction": out["max_stage_bubble_fraction"],
         "bubble_over_ideal": bubble_over_ideal(result),
         "bubble_closed_form": closed_form(job),
         "memory": {**out["memory"], "simulated_activations_peak_gib": sim_act},

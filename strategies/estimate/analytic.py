@@ -77,7 +77,7 @@ from strategies.estimate.terms.faults import degraded_view
 from strategies.estimate.terms.grad_reduce import grad_reduce
 from strategies.estimate.terms.layer_comm import layer_comm, layer_forward
 from strategies.estimate.terms.messages import p2p_exposed
-from strategies.estimate.terms.stages import mtp_seconds, span_of, stage_times
+from strategies.estimate.terms.stages import bubble_share, mtp_seconds, span_of, stage_times
 from strategies.estimate.exchanges import by_exchange, exchange_rows
 from strategies.estimate.terms.tail import per_step_allreduces, step_tail
 from strategies.estimate.terms.zero2 import zero2_terms
@@ -197,7 +197,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "hfu": flop_counts.hfu(m, gbs, P.flash_attn, P.recompute, step, n, peak,
                                rcp.plan_share(L, P), P.recompute_modules,
                                profile.recompute_early_stop, profile.recompute_flash_fwd),
-        "bubble_fraction": (span.pipe - comm.lone - mb * st.t_min) / step,
+        # the breakdown's bubble (the busiest stage's, as the simulator's ``bubble_fraction``)
+        "bubble_fraction": bubble_share(span.bubble, step),
         # activation offloading's exposed copies, which the layers' times hold
         # (``cost.stage.offload_time.with_offload``): their own entry, out of compute
         "compute": share * (st.comp_layer - sc.layer_offload_fwd - sc.layer_offload_bwd)

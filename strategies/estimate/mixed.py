@@ -23,6 +23,7 @@ import numpy as np
 from strategies.cost.system import SystemConfig
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.exchanges import by_exchange, exchange_rows
+from strategies.estimate.terms.stages import bubble_share
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -48,7 +49,7 @@ def synchronised_runs(runs: list[Mapping[str, Any]]) -> dict[str, Any]:
     """One step of ranks that run ``runs`` (analytic arrays of the same plans on different GPU
     types) side by side (``synchronised_step``): the step and the optimizer from the rule,
     every other array from the run with the longest part before the optimizer, its rates
-    and utilisations scaled to the step; entries that are not per-plan arrays (the
+    and utilisations scaled to the step, its bubble fraction its bubble over it; entries that are not per-plan arrays (the
     stage-cost record) from ``runs[0]`` (one plan: from that run)."""
     before = [np.asarray(r["step_time_s"], dtype=float) - np.asarray(r["optimizer"], dtype=float)
               for r in runs]
@@ -62,7 +63,8 @@ def synchronised_runs(runs: list[Mapping[str, Any]]) -> dict[str, Any]:
     out = {k: (pick(k) if isinstance(v, np.ndarray) and v.shape == shape else first[k])
            for k, v in runs[0].items()}
     scale = out["step_time_s"] / step
-    out.update({"step_time_s": step, "optimizer": opt},
+    out.update({"step_time_s": step, "optimizer": opt,
+                "bubble_fraction": bubble_share(out["bubble"], step)},
                **{k: out[k] * scale for k in _RATES})
     return out
 

@@ -14,6 +14,7 @@ from strategies.estimate.chunk_correction import by_chunk, per_chunk
 from strategies.estimate.stage_correction import per_stage, stage_slack
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.terms.dp_exposure import tail_reads_span
+from strategies.estimate.terms.stages import bubble_share
 from strategies.flushes import flush_job, flushed_arrays
 from strategies.job import Job
 from strategies.plan import Plan
@@ -108,7 +109,8 @@ def _by_group(job: Job) -> dict[str, Any]:
     replicas estimated on its GPU with its count over the cluster-wide links (the gradient
     reduction spans the groups); every replica reaches the reduction, then runs its own
     optimizer, so the step is the longest step-before-the-optimizer plus the longest
-    optimizer. MFU/HFU against the summed peak."""
+    optimizer. MFU/HFU against the summed peak; the bubble fraction, the kept group's bubble over
+    that step (``terms.stages.bubble_share``)."""
     from dataclasses import replace
 
     from strategies.job import replica_groups
@@ -126,7 +128,8 @@ def _by_group(job: Job) -> dict[str, Any]:
              * float(r["step_time_s"]) / step)
     return {**r, "step_time_s": step, "optimizer": opt,
             "tokens_per_s": job.tokens_per_step / step, "mfu": float(r["mfu"]) * scale,
-            "hfu": float(r["hfu"]) * scale}
+            "hfu": float(r["hfu"]) * scale,
+            "bubble_fraction": float(bubble_share(float(r["bubble"]), step))}
 
 
 def _synchronised_step(runs: list[dict[str, Any]]) -> tuple[int, float, float]:
@@ -270,4 +273,5 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     scale = float(out["step_time_s"]) / step
     return {**out, "dp_comm": dp, "optimizer": opt, "step_time_s": step,
             "tokens_per_s": job.tokens_per_step / step, "mfu": float(out["mfu"]) * scale,
-            "hfu": float(out["hfu"]) * scale, "bubble_fraction": float(out["bubble"]) / step}
+            "hfu": float(out["hfu"]) * scale,
+            "bubble_fraction": float(bubble_share(float(out["bubble"]), step))}

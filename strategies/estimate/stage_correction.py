@@ -12,6 +12,7 @@ import numpy as np
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.stage_passes import stage_seconds
 from strategies.estimate.terms.messages import ranked_messages
+from strategies.estimate.terms.stages import bubble_share
 from strategies.job import Job
 from strategies.schedules import head_rank, schedule_code
 from strategies.schedules.registry import schedule_of_code
@@ -106,7 +107,7 @@ def corrected_arrays(r: Mapping[str, Any], even: tuple, real: tuple, tokens: Any
     out["bubble"] = np.where(neg, 0.0, bubble)
     scale = r["step_time_s"] / step
     out.update({"step_time_s": step, "tokens_per_s": tokens / step, "mfu": r["mfu"] * scale,
-                "hfu": r["hfu"] * scale, "bubble_fraction": out["bubble"] / step})
+                "hfu": r["hfu"] * scale, "bubble_fraction": bubble_share(out["bubble"], step)})
     return out
 
 

@@ -24,7 +24,7 @@ class StageTimes:
     (first, middle = rank 1, last); ``comp_layer`` a layer's forward and backward compute,
     ``per_layer`` with its recomputation and exposed communication; ``head_f``/``head_b`` the
     LM head's passes; ``first``/``mid``/``last`` each kind of rank's stage; ``t_max``,
-    ``t_min``, ``t_sum`` the slowest, the fastest and the sum over the stages (stragglers in
+    ``t_sum`` the slowest and the sum over the stages (stragglers in
     ``t_max`` and ``t_sum``); ``head_first`` a V (the LM head on rank 0), ``mirrored``
     DualPipe, ``single`` pp = 1."""
 
@@ -37,7 +37,6 @@ class StageTimes:
     mid: Any
     last: Any
     t_max: Any
-    t_min: Any
     t_sum: Any
     head_first: Any
     mirrored: Any
@@ -65,6 +64,16 @@ class Span:
     fwd_tp: Any
     pipe: Any
     bubble: Any
+
+
+def bubble_share(bubble: Any, step: Any) -> Any:
+    """``bubble_fraction``, the one rule the estimate and the simulator report: the pipeline's
+    bottleneck stage's bubble (seconds, the breakdown's ``bubble``; the busiest stage's idle
+    time that no communication covers) over the step (seconds); 0 where the step is 0.
+    Arrays or numbers."""
+    step = np.asarray(step, dtype=float)
+    return np.where(step > 0, np.asarray(bubble, dtype=float) / np.where(step > 0, step, 1.0),
+                    0.0)
 
 
 def mtp_seconds(sc: StageCostArrays, comm: LayerComm, modules: int,
@@ -112,8 +121,6 @@ def stage_times(sc: StageCostArrays, P: PlanArrays, n_k: tuple, comm: LayerComm,
     single = pp == 1
     t_max = np.where(single, t_first + head_f + head_b + mtp[0],
                      slowest_rank(t_first, t_mid, t_last, pp))
-    t_min = np.where(single, t_max, np.where(pp > 2, np.minimum(t_mid, np.minimum(
-        t_first, t_last)), np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
     if cl.faults.stragglers:
         comp_f, comp_l = (n * (comp_layer + sc.layer_recompute) for n in (n_first, n_last))
@@ -127,7 +134,7 @@ def stage_times(sc: StageCostArrays, P: PlanArrays, n_k: tuple, comm: LayerComm,
             t_max, t_sum)
     return StageTimes(n_k=n_k, comp_layer=comp_layer, per_layer=per_layer, head_f=head_f,
                       head_b=head_b, first=t_first, mid=t_mid, last=t_last, t_max=t_max,
-                      t_min=t_min, t_sum=t_sum, head_first=head_first, mirrored=mirrored,
+                      t_sum=t_sum, head_first=head_first, mirrored=mirrored,
                       single=single,
                       mtp_bwd=np.where(single, mtp[1], 0.0) if np.any(mtp[1]) else 0.0)
 
