@@ -100,17 +100,18 @@ def test_a_refused_ring_falls_back_to_the_coordinate_fold(monkeypatch):
 
 
 def test_a_breach_runs_the_job_again_folded_less(monkeypatch):
-    """The parts fold of ``tp1 pp2 dp16`` rests the world's stats ring on its running alone;
-    if the engine saw it share the network, ``simulate`` works the fold out again without
-    that argument, and the figures are the unfolded run's."""
-    def always(self):
+    """The parts fold of ``tp1 pp2 dp16`` rests the world's stats ring on its running alone
+    (the coordinate fold too); if the engine saw it share the network, ``simulate`` works the
+    fold out again without that argument: here nothing folds (the ring crosses the stages),
+    and the run is the unfolded one, record for record."""
+    def breach(self):
         self.runner.breach = True
         WatchedRun.__mro__[1]._counted_next(self)
     job = _job(*CASES[2][:2])
-    assert "runs alone: checked" in fold_spec(job).note
-    monkeypatch.setattr(WatchedRun, "_counted_next", always)
-    res = simulate(job)
-    again = fold_spec(job, stats="equitable")
-    assert res.simulated_ranks == list(again.reps) and "runs alone" not in again.note
-    assert res.metrics["step_time_s"] == simulate(job, fold=False).metrics["step_time_s"]
-
+    first, again = fold_spec(job), fold_spec(job, stats="equitable")
+    assert first.alone is not None and len(first.reps) == 2 and again.alone is None
+    assert "runs alone" not in again.note and not again.folded
+    monkeypatch.setattr(WatchedRun, "_counted_next", breach)
+    res, full = simulate(job), simulate(job, fold=False)
+    assert res.simulated_ranks == list(range(32)) and res.records == full.records
+    assert res.metrics["step_time_s"] == full.metrics["step_time_s"]
