@@ -4,8 +4,8 @@ groups) and by the coordinate translations alone (``fold_spec(parts=False)``, th
 before parts were cut for dense plans). Per plan: ranks simulated, events and CPU seconds of
 each run, and whether the parts' representatives' records are the same bit for bit, every
 rank the coordinate fold simulates runs its new representative's timeline, the metrics are
-equal but the fold's bookkeeping (``BOOKKEEPING``; ``activation_memory`` and ``rank_ends_s``
-compared on the ranks both simulate) and the search's figures (``simulate_figures`` less
+equal but the fold's bookkeeping (``BOOKKEEPING``; the per-rank ones compared on the ranks
+both simulate) and the search's figures (``simulate_figures`` less
 ``wall_s`` and ``events``) are equal. Exits 1 if any differ.
 
     python experiments/fold_parts_check.py
@@ -13,6 +13,8 @@ compared on the ranks both simulate) and the search's figures (``simulate_figure
 
 ``--search ARGS``: as ``experiments/profile_search.py``'s (default: the README's search,
 gpt3-175b on 128 DGX A100 nodes); the plans are that search's simulations.
+``--coordinates-digest``: also ``profile_search.py --digest``'s hashes with the coordinate
+fold, to compare with a checkout's from before the parts (``--tree``).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from topologies.cluster import cluster_preset                             # noqa
 from topologies.cluster.arg import parse_cluster_arg                      # noqa: E402
 
 #: metrics that say what was simulated, not what the step does
-BOOKKEEPING = ("fold_note", "link_utilisation", "activation_memory", "rank_ends_s")
+BOOKKEEPING = ("fold_note", "link_utilisation", "activation_memory", "rank_ends_s", "rank_gpus")
 
 
 def coordinates_only(f):
@@ -69,15 +71,21 @@ def same_run(new, old) -> bool:
     if any(new.metrics[k] != old.metrics[k] for k in new.metrics if k not in BOOKKEEPING):
         return False
     return all(new.metrics[k][r] == old.metrics[k][r] for k in BOOKKEEPING[2:]
-               for r in mine & set(old.simulated_ranks))
+               if k in new.metrics for r in mine & set(old.simulated_ranks))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--search", default="", metavar="ARGS",
                     help="the search's arguments (default: the README's search)")
-    args = tuple(ap.parse_args().search.split())
+    ap.add_argument("--coordinates-digest", action="store_true",
+                    help="also print profile_search's digest of the plans folded by the "
+                    "coordinates alone (a checkout before parts gives the same)")
+    a = ap.parse_args()
+    args = tuple(a.search.split())
     plans = profile_search.profile(args)
+    if a.coordinates_digest:
+        coordinates_only(lambda: profile_search.digest(plans, args))
     opt = dict(zip(args[::2], args[1::2]))
     if args:
         model, cluster = load_model_arg(opt["--model"]), parse_cluster_arg(opt["--cluster"])
