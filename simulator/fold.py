@@ -37,12 +37,12 @@ rests on its flows running alone, which ``simulator.fold_stats`` proves and the 
 (``FoldSpec.alone``; ``simulate`` runs again folded less if it fails); on nodes that differ,
 with flows counted node by node.
 
-**Expert-parallel plans** (``simulator.fold_ep``): the coordinates are also cut into parts
-at the expert groups' edges and the node's, and each part is moved on its own (the expert
-index rotated inside its group, by a GPU or by a node); the dense rings they reorder are
-kept as sets as above, and every all-to-all's flows are checked to map onto themselves. That
-fold is kept where it simulates fewer ranks (``fold_spec(parts=False)``: the coordinates
-alone).
+**Parts** (``simulator.fold_ep``): the coordinates are also cut into parts at the node's
+edge, the hybrid-sharding replica's and, with expert parallelism, the expert groups', and
+each part is moved on its own (by a GPU inside every node, or by whole nodes; the expert
+index rotated inside its group); the dense rings they reorder are kept as sets as above, and
+every all-to-all's flows are checked to map onto themselves. That fold is kept where it
+simulates fewer ranks (``fold_spec(parts=False)``: the coordinates alone), dense or MoE.
 
 >>> from strategies.job_text import job_from_text
 >>> job = job_from_text("gpt-1.7b", "dgx-a100:2", "tp=2,pp=2,dp=4,gbs=16")
@@ -60,7 +60,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.job import Job
-from simulator.fold_ep import Digit, a2a_kept, a2a_table, expert_digits
+from simulator.fold_ep import Digit, a2a_kept, a2a_table, part_digits
 from simulator.fold_rings import equitable, equitable_flows, ring_flows
 from simulator.fold_stats import STATS, alone_groups, stats_checked
 from simulator.program.compiler import stats_groups
@@ -227,15 +227,16 @@ def fold_spec(job: Job, fold: bool = True, strict: bool = False, stats: str = "a
     strictly). ``stats``, the gradient norm's ring (``simulator.fold_stats``): ``alone``
     accepts it as a set where its flows are an equitable partition or run alone
     (``FoldSpec.alone``: the engine checks), ``equitable`` only the first, ``order``
-    neither; each falls back to the next. ``parts``: with expert groups, also cut the
-    coordinates into parts translated on their own (``simulator.fold_ep``) and keep that
-    fold where it simulates fewer ranks (False: the coordinate translations alone)."""
+    neither; each falls back to the next. ``parts``: also cut the coordinates into parts
+    translated on their own (at the node, the hybrid-sharding replica, the expert groups:
+    ``simulator.fold_ep``) and keep that fold where it simulates fewer ranks (False: the
+    coordinate translations alone)."""
     if stats not in STATS_RULES:
         raise ValueError(f"stats={stats!r}: must be one of {STATS_RULES}")
     coords = coord_digits(job)
     tables: dict = {}           # group_table(job) and a2a_table(job), built on first use
     base = _fold(job, fold, strict, stats, coords, tables)
-    cut = expert_digits(job, coords) if fold and parts else None
+    cut = part_digits(job, coords) if fold and parts else None
     if cut is None:
         return base
     finer = _fold(job, fold, strict, stats, cut, tables)

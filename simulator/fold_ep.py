@@ -1,5 +1,5 @@
-"""Expert-parallel plans under symmetry folding (``simulator.fold``): translations *inside*
-the expert groups, and the all-to-all's flows under any translation.
+"""Parts of a coordinate under symmetry folding (``simulator.fold``): translations *inside*
+the expert groups and the nodes, and the all-to-all's flows under any translation.
 
 **Why the coordinate translations fold EP plans poorly.** ``simulator.fold`` moves the tp, cp
 or dp coordinate by ``k`` mod its size, carrying across the whole coordinate. Where a stage's
@@ -14,7 +14,7 @@ whole expert group (64) is left: 1,024 of 2,048 ranks simulated.
 rank ``j``, expert-data-parallel rank ``m``). Cut the stage's rank index (``tp``, ``cp``,
 ``dp`` strides) also at ``etp``, ``etp·ep``, the hybrid-sharding replica (``tp·cp·dp_shard``)
 and the node (``G`` GPUs, where a stage spans nodes) when these cuts form a chain (each
-divides the next); each *part* then lies inside one coordinate (``expert_digits``). Moving one
+divides the next); each *part* then lies inside one coordinate (``part_digits``). Moving one
 part by ``k`` mod its size and leaving the others (no carry) is a *part translation*. For
 DeepSeek-V3, dp = ``g + 8·h + 64·m``: moving ``g`` (the GPU in its node) by one permutes the
 GPUs of every node the same way, moving ``h`` by one rotates the expert group's eight nodes
@@ -34,6 +34,16 @@ the gradient norm's ring on ``simulator.fold_stats``. A failed check makes the p
 back as the coordinate fold does (rings to their order, the stats ring to the next rule), and
 ``fold_spec`` keeps whichever of the two folds simulates fewer ranks, the coordinate one (the
 fold before this module) on a tie: never a fold that a check refused.
+
+**Dense plans** (``ep = 1``) are cut at the node and the hybrid-sharding replica alone, by
+the same argument: nothing in it needs expert groups. Llama 3 8B ``tp2 pp2 dp4 cp2`` on four
+8-GPU nodes: a stage (16 ranks) spans two nodes, dp = ``g + 2·h`` (``g`` the dp rank inside
+the node, ``h`` the node); the coordinate move of dp by one carries GPUs across nodes, by two
+is whole nodes, and the dpcp ring's (E1) refuses cp's move, so 8 of 32 ranks. Moving ``g``
+by one permutes every node's GPUs the same way, moving ``h`` swaps the nodes, moving cp keeps
+the dp ring as a set: with the rings' (E1) and (E2) checked, one rank a stage (2 of 32). On
+nodes that differ only the parts inside a node move (``simulator.fold``'s rules), so one
+rank a node.
 
 **The all-to-all's flows.** The engine runs an all-to-all over group ``g``
 (``strategies.collectives.all_to_all.phases``) either *direct*, a flow for every ordered pair,
@@ -72,18 +82,18 @@ Digit = tuple[str, int, int]
 A2A_DIMS = ("ep", "cpa")          # the group dimensions the engine runs all-to-alls over
 
 
-def expert_digits(job: Job, coords: tuple[Digit, ...]) -> tuple[Digit, ...] | None:
+def part_digits(job: Job, coords: tuple[Digit, ...]) -> tuple[Digit, ...] | None:
     """The coordinates ``coords`` (``(name, size, stride)``, tp, cp, dp) cut into parts at the
-    expert layer's boundaries and the node's (module doc), each part named after its
-    coordinate and its place in it (``dp0`` innermost); None where the plan has no expert
-    groups, the cuts do not form a chain, or nothing is cut."""
+    expert layer's boundaries (plans with ``ep > 1``), the hybrid-sharding replica's and the
+    node's (module doc), each part named after its coordinate and its place in it (``dp0``
+    innermost); None where the cuts do not form a chain or nothing is cut."""
     p = job.plan
-    if p.ep == 1:
-        return None
-    etp, ep, _ = placement.expert_sizes(p)
     S = p.tp * p.cp * p.dp
     G = job.cluster.gpus_per_node
-    cuts = {1, S, etp, etp * ep, p.tp * p.cp * p.shard_dp}
+    cuts = {1, S, p.tp * p.cp * p.shard_dp}
+    if p.ep > 1:
+        etp, ep, _ = placement.expert_sizes(p)
+        cuts |= {etp, etp * ep}
     cuts |= {stride for _, _, stride in coords} | {stride * size for _, size, stride in coords}
     if G < S and S % G == 0:
         cuts.add(G)

@@ -5,11 +5,13 @@ unfolded bit for bit; what the argument must refuse, it refuses."""
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import simulator.simulate as simulate_module
 from simulator.fold import fold_spec, hop_owner, network_rules
 from simulator.fold_rings import equitable, ring_flows
 from simulator.fold_stats import alone_counts_hold, alone_groups
@@ -40,16 +42,20 @@ HETERO = [  # (cluster, plan, ranks simulated)
 
 
 @pytest.mark.parametrize("cluster,plan,reps", HETERO)
-def test_world_ring_on_mixed_nodes_folds_bit_for_bit(cluster, plan, reps):
+def test_world_ring_on_mixed_nodes_folds_bit_for_bit(cluster, plan, reps, monkeypatch):
+    """The coordinate translations (``parts=False``; the node's parts fold these plans to one
+    rank a node on the orbit argument: ``tests/test_fold_dense_parts.py``)."""
     job = _job(cluster, plan)
-    spec = fold_spec(job)
+    coords = partial(fold_spec, parts=False)
+    monkeypatch.setattr(simulate_module, "fold_spec", coords)
+    spec = coords(job)
     assert network_rules(job)[1:] == (False, "heterogeneous nodes")
     assert len(spec.reps) == reps and spec.alone == (tuple(range(job.cluster.num_gpus)),)
     assert "runs alone: checked" in spec.note
     assert np.array_equal(spec.rep_of // 8, np.arange(spec.rep_of.size) // 8)
     # the fold rests on this argument: the orbit one refuses the ring, nothing folds without
     assert not equitable(job, spec.rep_of, ["stats"])
-    assert len(fold_spec(job, stats="equitable").reps) == job.cluster.num_gpus
+    assert len(coords(job, stats="equitable").reps) == job.cluster.num_gpus
     assert_folded_is_full(job, spec)
 
 

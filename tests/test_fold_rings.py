@@ -37,10 +37,10 @@ CASES = [  # (plan, cluster, framework): each K/V exchange with dp > 1, cp acros
 @pytest.mark.parametrize("plan,cluster,framework", CASES)
 def test_cp_with_dp_folds_bit_for_bit(plan, cluster, framework):
     job = _job(plan, cluster, framework)
-    spec = fold_spec(job)
-    assert spec.steps["cp"] < job.plan.cp and "dpcp" in spec.note
-    assert fold_spec(job, strict=True).steps["cp"] == job.plan.cp     # the translation alone
-    assert_folded_is_full(job, spec)
+    coords = fold_spec(job, parts=False)        # the coordinate translations (no node cut)
+    assert coords.steps["cp"] < job.plan.cp and "dpcp" in coords.note
+    assert fold_spec(job, strict=True, parts=False).steps["cp"] == job.plan.cp
+    assert_folded_is_full(job, fold_spec(job))
 
 
 def test_not_equitable_falls_back_to_ring_order():
@@ -49,7 +49,7 @@ def test_not_equitable_falls_back_to_ring_order():
     translation would send flows of one class into two orbits (E1 fails): cp stays unfolded,
     as the strict analysis has it."""
     job = _job("tp=2,pp=2,dp=4,cp=2,mbs=1,gbs=16,schedule=interleaved,vpp=2")
-    spec, strict = fold_spec(job), fold_spec(job, strict=True)
+    spec, strict = fold_spec(job, parts=False), fold_spec(job, strict=True, parts=False)
     assert spec.steps == strict.steps == {"tp": 1, "cp": 2, "dp": 2}
     assert spec.note == strict.note and "rings" not in spec.note
     tp, cp, dp, per = 2, 2, 4, 16
@@ -123,7 +123,8 @@ def test_moe_with_cp_folds_as_its_dense_twin(moe, dense, plan):
     with the expert groups' parts (``simulator.fold_ep``) at least as far, here to one rank
     a stage, bit for bit."""
     job = job_from_text(moe, "dgx-h100:4", plan)
-    twin = fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace("ep=4,", "")))
+    twin = fold_spec(job_from_text(dense, "dgx-h100:4", plan.replace("ep=4,", "")),
+                     parts=False)
     assert fold_spec(job, parts=False).steps == twin.steps
     spec = fold_spec(job)
     assert len(spec.reps) == job.plan.pp <= len(twin.reps)
@@ -137,7 +138,8 @@ def test_expert_groups_across_cp_keep_a_translation_from_folding_it():
     sets: their flows' orbits are equitable), as far as the twin."""
     plan = "tp=2,pp=2,dp=2,cp=4,ep=2,mbs=1,gbs=8,zero=1"
     job = job_from_text("mixtral-8x7b", "dgx-h100:4", plan)
-    twin = fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", "")))
+    twin = fold_spec(job_from_text("llama3-8b", "dgx-h100:4", plan.replace("ep=2,", "")),
+                     parts=False)
     assert fold_spec(job, parts=False).steps["cp"] == 2 and twin.steps["cp"] == 1
     spec = fold_spec(job)
     assert spec.steps["cp0"] == spec.steps["cp1"] == 1 and len(spec.reps) == len(twin.reps)

@@ -65,9 +65,9 @@ def test_the_check_sees_the_stats_group():
     holds."""
     job = _job("tp=4,pp=2,dp=4,mbs=1,gbs=16,zero=1")
     assert "stats" in [d for d, *_ in group_table(job)]
-    loose, strict = fold_spec(job), fold_spec(job, stats="order")
+    loose, strict = fold_spec(job, parts=False), fold_spec(job, stats="order", parts=False)
     assert len(loose.reps) == 4 and len(strict.reps) == 32 and "stats" not in strict.note
-    assert fold_spec(job, stats="equitable").reps == strict.reps
+    assert fold_spec(job, stats="equitable", parts=False).reps == strict.reps
     assert alone_counts_hold(job, loose.rep_of, ring_flows(job, "stats"))
     off = replace(job, framework=replace(job.framework, step=replace(
         job.framework.step, norm_barrier=False)))
