@@ -61,6 +61,16 @@ def exact_key(x) -> tuple | None:
     return None
 
 
+def array_key(x) -> tuple | None:
+    """``exact_key`` of ``x``, or for an array of numbers its dtype, shape and bytes (every
+    value and type told apart, -0.0 from 0.0): the key of a memo kept within one estimate
+    (``catalog.kept_links``); None for anything else."""
+    key = exact_key(x)
+    if key is None and type(x) is np.ndarray and x.dtype.kind in "fiub":
+        return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
+    return key
+
+
 def keep_answer(memo: dict, key: tuple, held: Any, out: Any, arrays: Iterable,
                 limit: int = MEMO_KEPT) -> Any:
     """``out`` kept in ``memo`` under ``key`` with ``held`` (the objects whose ids the key
