@@ -37,11 +37,9 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, nic, lat2, relay,
                                                            remote_scale, nvlink_share),
                         all_to_all.time(nbytes, n, bw, lat))[()]
-    passes = PASSES[kind]
-    flat_on, kk, nodes, intra, lat_in, out, lat_out, relay, bw, lat = link_terms(
-        kind, n, stride, cluster)
-    flat = ring.striped_time(passes, nbytes, n, kk, nodes, intra, lat_in, out, lat_out, relay)
-    return np.where(flat_on, flat, ring.time(passes, nbytes, n, bw, lat))[()]
+    flat_on, *terms = link_terms(kind, n, stride, cluster)
+    return np.where(flat_on, ring.striped_of(nbytes, terms[:4]),
+                    ring.time_of(nbytes, terms[4:]))[()]
 
 
 #: ``link_terms`` of scalar arguments, kept by the cluster's id with the cluster itself
@@ -79,9 +77,9 @@ def link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: N
                nvlink_share: Num = 1.0) -> tuple:
     """What ``catalog_time`` reads of the group and its links, all but the buffer's bytes:
     for an all-to-all ``(uniform, k, NVLink bytes/s, NIC bytes/s, latency, relay, ring
-    bytes/s, ring latency)``, else ``(striped, k, nodes, NVLink bytes/s, NVLink latency,
-    bytes/s and latency of the hop between nodes, relay, ring bytes/s, ring latency)``
-    (``striped``: where NCCL's striped ring runs). Vectorised; scalar arguments' kept
+    bytes/s, ring latency)``, else ``(striped, *ring.striped_terms, *ring.time_terms)``
+    (``striped``: where NCCL's striped ring runs, its terms at NVLink's rate and latency
+    and the hop's between nodes, the relay; the ring's at ``group_bandwidth``). Vectorised; scalar arguments' kept
     (``_SCALAR_LINKS``), arrays' within a ``kept_links`` block (``_ARRAY_LINKS``), the same
     values a fresh call gives."""
     args = (n, stride) + ((remote_scale, nvlink_share) if kind == "alltoall" else ())
@@ -133,5 +131,8 @@ def _link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: 
     out = transfer_rate(hop_rate(cluster), nic_rate(cluster), True, relay, cluster.planes)
     kk = np.maximum(k, 2.0)     # (priced only where k > 1: no division by k - 1 = 0 elsewhere)
     striped = uniform & (nodes > 1) & (k > 1)
-    return ((algo == RING) & striped, kk, nodes, intra, lat_in, out,
-            transfer_latency(lat_in, cluster.inter_node_latency, True, relay), relay, bw, lat)
+    passes = PASSES[kind]
+    return ((algo == RING) & striped,
+            *ring.striped_terms(passes, n, kk, nodes, intra, lat_in, out, transfer_latency(
+                lat_in, cluster.inter_node_latency, True, relay), relay),
+            *ring.time_terms(passes, n, bw, lat))
