@@ -3,8 +3,7 @@
 cluster catalog's network, before a GPU profile's measured scale)."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
+from typing import ContextManager
 
 import numpy as np
 
@@ -12,7 +11,7 @@ from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
 from strategies.cost.comm.links import (NVLINK_EFFICIENCY, array_key, exact_key,
                                         group_bandwidth, hop_rate, hop_relays, keep_answer,
-                                        nic_rate, pxn_relay)
+                                        memo_block, nic_rate, pxn_relay)
 from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import transfer_latency, transfer_rate
@@ -60,17 +59,10 @@ _OPEN = {"depth": 0}
 ARRAY_LINKS_KEPT = 32
 
 
-@contextmanager
-def kept_links() -> Iterator[None]:
+def kept_links() -> ContextManager[None]:
     """Within the block ``link_terms`` keeps its answers for arrays (``_ARRAY_LINKS``);
-    blocks nest, and the outermost one's end drops them."""
-    _OPEN["depth"] += 1
-    try:
-        yield
-    finally:
-        _OPEN["depth"] -= 1
-        if not _OPEN["depth"]:
-            _ARRAY_LINKS.clear()
+    blocks nest, and the outermost one's end drops them (``links.memo_block``)."""
+    return memo_block(_ARRAY_LINKS, _OPEN)
 
 
 def link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: Num = 1.0,

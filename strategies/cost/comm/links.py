@@ -22,7 +22,8 @@ local indices relay.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -69,6 +70,20 @@ def array_key(x) -> tuple | None:
     if key is None and type(x) is np.ndarray and x.dtype.kind in "fiub":
         return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
     return key
+
+
+@contextmanager
+def memo_block(memo: dict, state: dict) -> Iterator[None]:
+    """A block within which ``memo`` keeps answers (its reader checks ``state["depth"]``):
+    blocks nest, and the outermost one's end empties ``memo`` (``catalog.kept_links``,
+    ``cost_arrays.kept_records``)."""
+    state["depth"] += 1
+    try:
+        yield
+    finally:
+        state["depth"] -= 1
+        if not state["depth"]:
+            memo.clear()
 
 
 def keep_answer(memo: dict, key: tuple, held: Any, out: Any, arrays: Iterable,
