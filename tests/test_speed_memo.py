@@ -99,6 +99,62 @@ def test_collective_time_key_tells_values_and_types_apart():
 
 
 @pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather", "alltoall"])
+def test_link_terms_of_arrays_kept_within_a_block_are_a_fresh_calls(kind):
+    """Within a ``kept_links`` block a group's link terms over arrays of plans are computed
+    once (the same read-only arrays a fresh call gives, bit for bit), told apart by dtype,
+    shape and every value; outside a block, and after it ends, nothing is kept."""
+    from strategies.cost.comm import catalog
+    cl = cluster_preset("dgx-h100", 16)
+    n, stride = np.array([8.0, 16.0, 12.0, 2.0]), np.array([1.0, 8.0, 8.0, 64.0])
+    assert catalog.link_terms(kind, n, stride, cl) is not catalog.link_terms(kind, n, stride, cl)
+    fresh = catalog._link_terms(kind, n, stride, cl, 1.0, 1.0)
+    with catalog.kept_links():
+        first = catalog.link_terms(kind, n, stride, cl)
+        with catalog.kept_links():                    # nested: the same memo
+            assert catalog.link_terms(kind, n.copy(), stride.copy(), cl) is first
+        assert catalog.link_terms(kind, n, stride, cl) is first
+        for a, b in zip(first, fresh):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+            assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype
+            assert not isinstance(a, np.ndarray) or not a.flags.writeable
+        for other in (n.astype(np.int64), n[:3], n[::-1], n.reshape(2, 2)):
+            assert catalog.link_terms(kind, other, stride[:other.size].reshape(other.shape),
+                                      cl) is not first
+        assert catalog.link_terms(kind, n, stride, cluster_preset("dgx-h100", 16)) is not first
+    assert not catalog._ARRAY_LINKS
+    assert catalog.link_terms(kind, n, stride, cl) is not first
+
+
+def test_array_key_tells_values_types_and_shapes_apart():
+    assert links.array_key(np.array([0.0])) != links.array_key(np.array([-0.0]))
+    assert links.array_key(np.array([8.0])) != links.array_key(np.array([8]))
+    assert links.array_key(np.array([8.0, 8.0])) != links.array_key(np.array([[8.0, 8.0]]))
+    assert links.array_key(np.array([1.0, 2.0])) == links.array_key(np.array([1.0, 2.0]))
+    assert links.array_key(2.0) == links.exact_key(2.0)
+    assert links.array_key(np.array(["a"])) is None and links.array_key([1.0]) is None
+
+
+def test_a_cost_changed_between_two_array_estimates_is_read(monkeypatch):
+    """The link terms kept within one array estimate (``catalog.kept_links``) are dropped at
+    its end: a group's bandwidth patched between two estimates of the same plans (an
+    experiment's what-if) moves the second."""
+    from strategies.cost.comm import catalog
+    from strategies.estimate.analytic import estimate_arrays
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    P = PlanArrays.from_plans([parse_plan("tp=1,pp=1,dp=16,mbs=1,gbs=64,zero=2"),
+                               parse_plan("tp=2,pp=1,dp=8,mbs=1,gbs=64,zero=1")])
+    base = np.array(estimate_arrays(m, cl, "bf16", P)["step_time_s"])
+    orig = catalog.group_bandwidth
+    monkeypatch.setattr(catalog, "group_bandwidth",
+                        lambda *a: (lambda bw, lat: (bw / 2, lat))(*orig(*a)))
+    monkeypatch.setattr(catalog, "_SCALAR_LINKS", {})
+    slow = np.array(estimate_arrays(m, cl, "bf16", P)["step_time_s"])
+    assert np.all(slow >= base) and np.any(slow > base)
+    monkeypatch.setattr(catalog, "group_bandwidth", orig)
+    assert np.array(estimate_arrays(m, cl, "bf16", P)["step_time_s"]).tobytes() == base.tobytes()
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather", "alltoall"])
 @pytest.mark.parametrize("n,stride", [(8, 1), (16, 8), (12, 8), (np.array(16), np.array(8)),
                                       (np.float64(32.0), 4)])
 def test_link_terms_kept_are_a_fresh_calls_and_price_every_buffer(kind, n, stride):

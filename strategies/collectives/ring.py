@@ -94,7 +94,19 @@ def time(passes: Num, nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
     reduce-scatter or all-gather) of ``n-1`` steps over ``n`` ranks, an ``nbytes`` buffer per
     rank, ``bw`` bytes/s and ``lat`` seconds per hop; 0 when ``n < 2``. Vectorised (a
     float for scalar inputs)."""
-    return np.where(n > 1, passes * (n - 1) / n * nbytes / bw + passes * (n - 1) * lat, 0.0)[()]
+    return time_of(nbytes, time_terms(passes, n, bw, lat))
+
+
+def time_terms(passes: Num, n: Num, bw: Num, lat: Num) -> tuple:
+    """What ``time`` reads besides the buffer: ``(n > 1, passes·(n-1)/n, bw, the latencies
+    passes·(n-1)·lat)``, for ``time_of`` to price many buffers over one group. Vectorised."""
+    return n > 1, passes * (n - 1) / n, bw, passes * (n - 1) * lat
+
+
+def time_of(nbytes: Num, terms: tuple) -> Num:
+    """``time`` of an ``nbytes`` buffer per rank from the group's ``time_terms``."""
+    on, share, bw, lat = terms
+    return np.where(on, share * nbytes / bw + lat, 0.0)[()]
 
 
 def striped_time(passes: Num, nbytes: Num, n: Num, k: Num, nodes: Num, bw_in: Num,
@@ -103,10 +115,26 @@ def striped_time(passes: Num, nbytes: Num, n: Num, k: Num, nodes: Num, bw_in: Nu
     on ``nodes > 1`` nodes, ``bw_in``/``lat_in`` bytes/s and seconds of a hop inside a node,
     ``bw_out``/``lat_out`` of a hop between nodes; ``relay`` where that hop crosses the
     intra-node successor's port first (one more flow on it). Vectorised."""
-    chunk = passes * (n - 1) / n * nbytes / k
+    return striped_of(nbytes, striped_terms(passes, n, k, nodes, bw_in, lat_in, bw_out,
+                                            lat_out, relay))
+
+
+def striped_terms(passes: Num, n: Num, k: Num, nodes: Num, bw_in: Num, lat_in: Num,
+                  bw_out: Num, lat_out: Num, relay=False) -> tuple:
+    """What ``striped_time`` reads besides the buffer: ``(passes·(n-1)/n, k, seconds a byte
+    of a channel's chunk at the slowest hop, the latencies)``, for ``striped_of`` to price
+    many buffers over one group. Vectorised."""
     k_in = k - 1 + np.asarray(relay, dtype=float)
-    return (chunk * np.maximum(k_in / bw_in, 1.0 / bw_out)
-            + passes * ((nodes - 1) * lat_out + (n - nodes) * lat_in))[()]
+    return (passes * (n - 1) / n, k, np.maximum(k_in / bw_in, 1.0 / bw_out),
+            passes * ((nodes - 1) * lat_out + (n - nodes) * lat_in))
+
+
+def striped_of(nbytes: Num, terms: tuple) -> Num:
+    """``striped_time`` of an ``nbytes`` buffer per rank from the group's
+    ``striped_terms``: each of ``k`` channels' chunk at the slowest hop, plus the
+    latencies."""
+    share, k, per_byte, lat = terms
+    return (share * nbytes / k * per_byte + lat)[()]
 
 
 def kind_time(kind: str, nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:

@@ -65,6 +65,7 @@ import numpy as np
 
 from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
+from strategies.cost.comm.catalog import kept_links
 from strategies.cost.gemm_kernel import GEMM_GENERATION
 from strategies.cost.gemm_shapes import layer_gemm_parts
 from strategies.cost.norm_barrier import barrier_on, barrier_time
@@ -113,7 +114,17 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     form (the scalar estimate's uneven split backward: the real stages' replay,
     ``stage_correction.stage_slack``). Returns arrays of seconds
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
-    from (the one the compiler reads)."""
+    from (the one the compiler reads). One ``catalog.kept_links`` block: the link terms of
+    each group priced once."""
+    with kept_links():
+        return _estimate_arrays(m, cl, dtype, P, framework, system, ranks, gpu, pipe_span,
+                                rank_ends)
+
+
+def _estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: Any, framework: Any,
+                     system: Any, ranks: Any, gpu: Any, pipe_span: Any, rank_ends: Any
+                     ) -> dict[str, Any]:
+    """``estimate_arrays`` computed."""
     P = as_plan_arrays(P)
     if exchange_rows(P) is not None:    # plans naming different K/V exchanges: each apart
         return by_exchange(P, lambda Q, r, s: estimate_arrays(m, cl, dtype, Q, framework,

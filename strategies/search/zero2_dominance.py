@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from strategies.cost.comm.catalog import kept_links
 from strategies.cost.system import SystemConfig
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays
@@ -44,6 +45,7 @@ def zero2_slower(model: ModelSpec, cluster: Cluster, dtype: str,
     the gradient buffer stream the shard only, and the memory it saves may spare recomputed
     layers (docs/calibration.md §5.108)."""
     from strategies.estimate.mixed import estimate_arrays_mixed
-    t2, t1 = (estimate_arrays_mixed(model, cluster, dtype, PlanArrays.from_columns(x),
-                                    framework, system)["step_time_s"] for x in (z2, z1))
+    with kept_links():          # the twins' groups are the rows': their link terms once
+        t2, t1 = (estimate_arrays_mixed(model, cluster, dtype, PlanArrays.from_columns(x),
+                                        framework, system)["step_time_s"] for x in (z2, z1))
     return np.asarray(t2) >= np.asarray(t1)

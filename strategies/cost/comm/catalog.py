@@ -3,13 +3,15 @@
 cluster catalog's network, before a GPU profile's measured scale)."""
 from __future__ import annotations
 
+from typing import ContextManager
+
 import numpy as np
 
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
-from strategies.cost.comm.links import (NVLINK_EFFICIENCY, exact_key, group_bandwidth,
-                                        hop_rate, hop_relays, keep_answer, nic_rate,
-                                        pxn_relay)
+from strategies.cost.comm.links import (NVLINK_EFFICIENCY, array_key, exact_key,
+                                        group_bandwidth, hop_rate, hop_relays, keep_answer,
+                                        memo_block, nic_rate, pxn_relay)
 from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import transfer_latency, transfer_rate
@@ -34,11 +36,9 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, nic, lat2, relay,
                                                            remote_scale, nvlink_share),
                         all_to_all.time(nbytes, n, bw, lat))[()]
-    passes = PASSES[kind]
-    flat_on, kk, nodes, intra, lat_in, out, lat_out, relay, bw, lat = link_terms(
-        kind, n, stride, cluster)
-    flat = ring.striped_time(passes, nbytes, n, kk, nodes, intra, lat_in, out, lat_out, relay)
-    return np.where(flat_on, flat, ring.time(passes, nbytes, n, bw, lat))[()]
+    flat_on, *terms = link_terms(kind, n, stride, cluster)
+    return np.where(flat_on, ring.striped_of(nbytes, terms[:4]),
+                    ring.time_of(nbytes, terms[4:]))[()]
 
 
 #: ``link_terms`` of scalar arguments, kept by the cluster's id with the cluster itself
@@ -48,18 +48,45 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
 _SCALAR_LINKS: dict[tuple, tuple[Cluster, tuple]] = {}
 
 
+#: ``link_terms`` of arrays of plans, kept within ``kept_links`` blocks (one array estimate:
+#: ``analytic.estimate_arrays``) by the cluster's id with the cluster itself and each
+#: argument's dtype, shape and bytes (``links.array_key``): the search's estimate prices
+#: every gradient and gather bucket over the same few groups (the qwen3-30b-a3b search on
+#: dgx-h100:2: 2,249 calls, 61 distinct groups). Emptied when the outermost block ends, so
+#: a cost function changed between two estimates is read afresh; each kept array read-only.
+_ARRAY_LINKS: dict[tuple, tuple[Cluster, tuple]] = {}
+_OPEN = {"depth": 0}
+ARRAY_LINKS_KEPT = 32
+
+
+def kept_links() -> ContextManager[None]:
+    """Within the block ``link_terms`` keeps its answers for arrays (``_ARRAY_LINKS``);
+    blocks nest, and the outermost one's end drops them (``links.memo_block``)."""
+    return memo_block(_ARRAY_LINKS, _OPEN)
+
+
 def link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: Num = 1.0,
                nvlink_share: Num = 1.0) -> tuple:
     """What ``catalog_time`` reads of the group and its links, all but the buffer's bytes:
     for an all-to-all ``(uniform, k, NVLink bytes/s, NIC bytes/s, latency, relay, ring
-    bytes/s, ring latency)``, else ``(striped, k, nodes, NVLink bytes/s, NVLink latency,
-    bytes/s and latency of the hop between nodes, relay, ring bytes/s, ring latency)``
-    (``striped``: where NCCL's striped ring runs). Vectorised; scalar arguments' kept
-    (``_SCALAR_LINKS``), the same values a fresh call gives."""
+    bytes/s, ring latency)``, else ``(striped, *ring.striped_terms, *ring.time_terms)``
+    (``striped``: where NCCL's striped ring runs, its terms at NVLink's rate and latency
+    and the hop's between nodes, the relay; the ring's at ``group_bandwidth``). Vectorised; scalar arguments' kept
+    (``_SCALAR_LINKS``), arrays' within a ``kept_links`` block (``_ARRAY_LINKS``), the same
+    values a fresh call gives."""
     args = (n, stride) + ((remote_scale, nvlink_share) if kind == "alltoall" else ())
     key = (kind, id(cluster)) + tuple(map(exact_key, args))
     if None in key:
-        return _link_terms(kind, n, stride, cluster, remote_scale, nvlink_share)
+        if not _OPEN["depth"]:
+            return _link_terms(kind, n, stride, cluster, remote_scale, nvlink_share)
+        key = (kind, id(cluster)) + tuple(map(array_key, args))
+        if None in key:
+            return _link_terms(kind, n, stride, cluster, remote_scale, nvlink_share)
+        hit = _ARRAY_LINKS.get(key)
+        if hit is not None and hit[0] is cluster:
+            return hit[1]
+        out = _link_terms(kind, n, stride, cluster, remote_scale, nvlink_share)
+        return keep_answer(_ARRAY_LINKS, key, cluster, out, out, ARRAY_LINKS_KEPT)
     hit = _SCALAR_LINKS.get(key)
     if hit is not None and hit[0] is cluster:
         return hit[1]
@@ -96,5 +123,8 @@ def _link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: 
     out = transfer_rate(hop_rate(cluster), nic_rate(cluster), True, relay, cluster.planes)
     kk = np.maximum(k, 2.0)     # (priced only where k > 1: no division by k - 1 = 0 elsewhere)
     striped = uniform & (nodes > 1) & (k > 1)
-    return ((algo == RING) & striped, kk, nodes, intra, lat_in, out,
-            transfer_latency(lat_in, cluster.inter_node_latency, True, relay), relay, bw, lat)
+    passes = PASSES[kind]
+    return ((algo == RING) & striped,
+            *ring.striped_terms(passes, n, kk, nodes, intra, lat_in, out, transfer_latency(
+                lat_in, cluster.inter_node_latency, True, relay), relay),
+            *ring.time_terms(passes, n, bw, lat))

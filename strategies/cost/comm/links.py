@@ -22,7 +22,8 @@ local indices relay.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -59,6 +60,30 @@ def exact_key(x) -> tuple | None:
         v = x[()]
         return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
     return None
+
+
+def array_key(x) -> tuple | None:
+    """``exact_key`` of ``x``, or for an array of numbers its dtype, shape and bytes (every
+    value and type told apart, -0.0 from 0.0): the key of a memo kept within one estimate
+    (``catalog.kept_links``); None for anything else."""
+    key = exact_key(x)
+    if key is None and type(x) is np.ndarray and x.dtype.kind in "fiub":
+        return (np.ndarray, x.dtype.str, x.shape, x.tobytes())
+    return key
+
+
+@contextmanager
+def memo_block(memo: dict, state: dict) -> Iterator[None]:
+    """A block within which ``memo`` keeps answers (its reader checks ``state["depth"]``):
+    blocks nest, and the outermost one's end empties ``memo`` (``catalog.kept_links``,
+    ``cost_arrays.kept_records``)."""
+    state["depth"] += 1
+    try:
+        yield
+    finally:
+        state["depth"] -= 1
+        if not state["depth"]:
+            memo.clear()
 
 
 def keep_answer(memo: dict, key: tuple, held: Any, out: Any, arrays: Iterable,

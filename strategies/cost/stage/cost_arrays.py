@@ -7,9 +7,8 @@ terms, each traffic's bytes (``comm_fields``), what each kind of rank holds
 Seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters."""
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import fields
-from typing import Any, Iterator, Mapping
+from typing import Any, ContextManager, Mapping
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from strategies.cost import cp_a2a, cp_hier, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import tp_ends
-from strategies.cost.comm.links import keep_answer
+from strategies.cost.comm.links import keep_answer, memo_block
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage.array_record import Z3_KEYS, StageCostArrays
 from strategies.cost.stage.inputs import StageInputs, stage_inputs
@@ -48,17 +47,11 @@ _OPEN = {"depth": 0}
 ONE_PLAN_KEPT = 64
 
 
-@contextmanager
-def kept_records() -> Iterator[None]:
+def kept_records() -> ContextManager[None]:
     """Within the block ``stage_cost_arrays`` keeps each one-plan record it computes
-    (``_ONE_PLAN``); blocks nest, and the outermost one's end drops them."""
-    _OPEN["depth"] += 1
-    try:
-        yield
-    finally:
-        _OPEN["depth"] -= 1
-        if not _OPEN["depth"]:
-            _ONE_PLAN.clear()
+    (``_ONE_PLAN``); blocks nest, and the outermost one's end drops them
+    (``links.memo_block``)."""
+    return memo_block(_ONE_PLAN, _OPEN)
 
 
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
