@@ -319,9 +319,13 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     d = sub["docker"]
     image = d.get("FROM_IMAGE_NAME", "")
     cont = image.rsplit(":", 1)[-1].split("-")[0]
+    te = d.get("TE_REVISION")
+    te = f"the base image's" if te in (None, "SKIP") else te
+    # (the base image is NGC PyTorch with NeMo, Megatron-Core and TE built over it, not a
+    # NeMo container: no text names one, so the reader keeps the newest TE rules)
     stack = (f"NeMo {d.get('NEMO_REVISION')} / Megatron-Core {d.get('MCORE_REVISION')} / "
-             f"Transformer Engine {d.get('TE_REVISION')} on {image} (MLPerf Training v{ver} "
-             f"{sub['submitter']} implementation; the NeMo {cont} container's stack)")
+             f"Transformer Engine {te}, built on {image} ({d.get('path')}; MLPerf Training "
+             f"v{ver} {sub['submitter']} implementation)")
     plan: dict[str, Any] = {
         "tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": 1, "microbatch": mbs,
         "global_batch": gbs, "schedule": "interleaved 1F1B" if vp > 1 else "1F1B",
@@ -373,7 +377,8 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
         "id": rid, "kind": "measured", "tier": 2,
         "source": {"ref": f"{repo['repo']}",
                    "table": f"{res}result_*.txt, commit {repo['commit'][:12]} (MLPerf Training "
-                            f"v{ver} {BENCH}; NeMo {cont} container)",
+                            f"v{ver} {BENCH}, the NeMo implementation; NGC PyTorch {cont} "
+                            "base image)",
                    "row": f"{sub['system']}: {n} x {sub['gpu']}, gbs {gbs}, seq {seq}, "
                           f"median train_step_time {step:.6f} s over {len(files)} result files"},
         "stack": stack,
