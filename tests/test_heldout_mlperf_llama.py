@@ -122,3 +122,12 @@ def test_pp_layout_counts_embedding_and_loss() -> None:
 @pytest.mark.skipif(not all(os.path.isdir(m) for m in MIRRORS), reason="no results mirrors")
 def test_the_kept_inputs_are_the_source() -> None:
     assert tr.read_sources(MIRRORS) == INPUTS
+
+
+def test_the_terms_script_fits_a_line_exactly() -> None:
+    """``mlperf_llama_terms.line``: points on y = 0.19 x + 0.6 give that slope and
+    intercept to floating-point precision."""
+    from experiments.mlperf_llama_terms import line
+    xs = [24.0, 56.0, 72.0, 288.0]
+    s, b = line(xs, [0.19 * x + 0.6 for x in xs])
+    assert s == pytest.approx(0.19, rel=1e-12) and b == pytest.approx(0.6, rel=1e-12)
