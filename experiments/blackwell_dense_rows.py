@@ -40,7 +40,8 @@ sys.path.insert(0, _TREE)
 from experiments.h100_gemm_shapes import model_tflops  # noqa: E402
 from experiments.llama405_blackwell import layer_parts, measured_layer  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
-from strategies.reference.cases import Case, case_from_entry, load_reference  # noqa: E402
+from strategies.reference.cases import (Case, case_from_entry, load_reference,  # noqa: E402
+                                       run_file_names)
 from topologies.gpus import get_gpu  # noqa: E402
 from topologies.gpus.catalog import B200_HBM_BUS_BITS, B200_HBM_CLOCK_HZ  # noqa: E402
 
@@ -61,9 +62,7 @@ def dense_blackwell_cases() -> list[tuple[str, Case]]:
     """``(file, case)`` of every dense row on a Blackwell part that the reader can build, in
     file order (the schedule studies left out, as ``reference_mape``)."""
     out = []
-    for name in sorted(os.listdir(DATA)):
-        if not name.endswith(".json") or "schedule_studies" in name:
-            continue
+    for name in run_file_names(DATA):
         rows = load_reference(os.path.join(DATA, name))
         for r in rows:
             c = case_from_entry(r, rows)

@@ -47,7 +47,7 @@ from strategies.cost import gemm_shapes  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.cost.system import get_system  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.reference.cases import reference_cases  # noqa: E402
+from strategies.reference.cases import reference_cases, run_file_names  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "strategies", "reference",
                     "data")
@@ -57,8 +57,7 @@ def cases() -> list[tuple[str, object]]:
     """``(file, case)`` of every reference row with an expert-parallel job and a measured
     step (``reference_cases`` per file; the schedule studies left out, as
     ``reference_mape``)."""
-    names = [n for n in sorted(os.listdir(DATA))
-             if n.endswith(".json") and "schedule_studies" not in n]
+    names = run_file_names(DATA)
     return [(n, c) for n in names for c in reference_cases([os.path.join(DATA, n)])
             if c.job is not None and c.measured_step_s and c.job.plan.ep > 1]
 

@@ -63,7 +63,7 @@ from experiments.fp8_rows import family  # noqa: E402
 from strategies.cost import amax, gemm_shapes, gemm_time, layer_time  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
+from strategies.reference.cases import case_from_entry, load_reference, run_file_names  # noqa: E402
 from topologies.precision import get_precision  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "strategies", "reference",
@@ -153,9 +153,7 @@ def file_pairs(name: str) -> list[tuple]:
 def all_pairs() -> list[tuple[str, object, object]]:
     """``(file, base case, other case)`` over every reference file (the schedule studies left
     out, as ``reference_mape``)."""
-    return [(n, b, q) for n in sorted(os.listdir(DATA))
-            if n.endswith(".json") and "schedule_studies" not in n
-            for b, q in file_pairs(n)]
+    return [(n, b, q) for n in run_file_names(DATA) for b, q in file_pairs(n)]
 
 
 def _s(x) -> float:

@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from simulator.studies.validate import load_cases, mape, validate_cases    # noqa: E402
+from strategies.reference.cases import run_file_names                     # noqa: E402
 
 DATA = os.path.join(ROOT, "strategies", "reference", "data")
 
@@ -41,9 +42,7 @@ def family(row: dict) -> str:
 
 
 def main() -> int:
-    # schedule_studies.json holds schedule papers' relative figures, not runs
-    files = sorted(f for f in os.listdir(DATA)
-                   if f.endswith(".json") and f != "schedule_studies.json")
+    files = run_file_names(DATA)
     print(f"{'file / family':42s} {'rows':>4s} {'MAPE':>8s} {'signed':>8s} {'worst':>8s}")
     for name in files:
         rows = memory_rows(name)

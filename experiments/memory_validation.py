@@ -39,7 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from strategies.memory.scalar import peak_memory                           # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference      # noqa: E402
+from strategies.reference.cases import (case_from_entry, load_reference,      # noqa: E402
+                                       run_file_names)
 from strategies.reference.measured import measured_memory_gib               # noqa: E402
 
 DATA = os.path.join(ROOT, "strategies", "reference", "data")
@@ -136,9 +137,7 @@ def refused_runs(files: list[str] | None = None) -> dict[str, dict[str, Any]]:
     runs built and those the model says do not fit, with the overshoot in GiB. A refusal is
     a memory-model error or an assumption of the row's filling (recomputation, offloading
     not stated)."""
-    # schedule_studies.json holds schedule papers' relative figures, not runs
-    files = files or sorted(f for f in os.listdir(DATA)
-                            if f.endswith(".json") and f != "schedule_studies.json")
+    files = files or run_file_names(DATA)
     out = {}
     for name in files:
         rows = load_reference(os.path.join(DATA, name))

@@ -9,7 +9,6 @@ blank one, exits 2 before anything runs. About 15 s.
 from __future__ import annotations
 
 import argparse
-import glob
 import io
 import json
 import os
@@ -57,9 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.rows is not None:      # before the 35 s of estimates: a typo is not an empty list
         check_id_filter("reference_mape", "--rows", a.rows)
-    for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
-        if "schedule_studies" in f:
-            continue
+    from strategies.reference.cases import run_file_names
+    data = os.path.join(ROOT, "strategies", "reference", "data")
+    for f in (os.path.join(data, n) for n in run_file_names(data)):
         cases = file_cases(f)
         rows = [c for c in cases if not c.get("skipped")]
         if not rows:

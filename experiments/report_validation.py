@@ -23,18 +23,15 @@ from typing import Any, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost.system import DEFAULT_SYSTEM                               # noqa: E402
+from strategies.reference.cases import held_out_file_names                      # noqa: E402
 from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_table,  # noqa: E402
                                  paraplan, rel, this_command)
 
 NAME = "validation"
 DATA = os.path.join("strategies", "reference", "data")
-ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"),
-        os.path.join(DATA, "nemo_performance_2407.json"), os.path.join(DATA, "frontier_papers.json"),
-        os.path.join(DATA, "dgxc_2505.json"), os.path.join(DATA, "classic_papers.json"),
-        os.path.join(DATA, "nemo_performance_25.json"), os.path.join(DATA, "automodel_perf.json"),
-        os.path.join(DATA, "heldout_2026b.json"), os.path.join(DATA, "hybrid_2026.json"),
-        os.path.join(DATA, "dsv4_2026.json"), os.path.join(DATA, "heldout_2026c.json"),
-        os.path.join(DATA, "heldout_2026d.json"), os.path.join(DATA, "heldout_2026e.json"))
+# every reference file but published.json, in name order (paths relative to the repository)
+ALSO = tuple(os.path.join(DATA, n) for n in held_out_file_names(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), DATA)))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:

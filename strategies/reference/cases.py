@@ -39,6 +39,21 @@ from strategies.reference.recipe_options import llama_recipe_switches, routing_b
 from strategies.reference.stated_switches import stated_size, stated_compile
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
+DATA_DIR = os.path.dirname(DATA)
+# files of DATA_DIR that hold no runs: the schedule papers' relative figures
+NOT_RUN_FILES = ("schedule_studies.json",)
+
+
+def run_file_names(data_dir: str = DATA_DIR) -> list[str]:
+    """The reference files that hold runs (names in ``data_dir``, sorted): every ``.json``
+    there but ``NOT_RUN_FILES``."""
+    return sorted(n for n in os.listdir(data_dir)
+                  if n.endswith(".json") and n not in NOT_RUN_FILES)
+
+
+def held_out_file_names(data_dir: str = DATA_DIR) -> list[str]:
+    """``run_file_names`` but ``published.json`` (the calibration set): the held-out files."""
+    return [n for n in run_file_names(data_dir) if n != os.path.basename(DATA)]
 
 
 @dataclass(frozen=True)
