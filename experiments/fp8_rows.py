@@ -29,7 +29,7 @@ sys.path.insert(0, _TREE)
 from experiments.blackwell_dense_rows import DATA, plan_text, table  # noqa: E402
 from experiments.llama405_blackwell import layer_parts, measured_layer  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
+from strategies.reference.cases import case_from_entry, load_reference, run_file_names  # noqa: E402
 from topologies.precision import get_precision  # noqa: E402
 
 #: GPU name prefixes to families (Table 2)
@@ -47,9 +47,7 @@ def quantised_rows(files: tuple[str, ...] | None = None) -> list[dict]:
     then row order (the schedule studies left out, as ``reference_mape``); ``files``: only
     these reference files (names in ``DATA``), default all."""
     out = []
-    for name in sorted(files or os.listdir(DATA)):
-        if not name.endswith(".json") or "schedule_studies" in name:
-            continue
+    for name in sorted(files) if files else run_file_names(DATA):
         rows = load_reference(os.path.join(DATA, name))
         for r in rows:
             c = case_from_entry(r, rows)

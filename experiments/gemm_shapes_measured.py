@@ -56,7 +56,6 @@ Per file and per GPU: MAPE and mean signed error; and the H100 runs of §3.13's 
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import re
@@ -355,9 +354,10 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
         return t * np.where(sub_wave(M, N), state["pen"], 1.0)
 
     if paths is None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        paths = sorted(p for p in glob.glob(os.path.join(root, "strategies/reference/data/*.json"))
-                       if "schedule_studies" not in p)
+        from strategies.reference.cases import run_file_names
+        data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "strategies", "reference", "data")
+        paths = [os.path.join(data, n) for n in run_file_names(data)]
     out = []
     for path in paths:
         for c in load_cases(path, tiers=None):

@@ -44,12 +44,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from experiments import qwen3_h100_residual as q  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
+from strategies.reference.cases import case_from_entry, load_reference, run_file_names  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")
 #: the precisions whose MoE rows are compared with a bf16 twin
 #: the data files that are not lists of reference rows
-NOT_ROWS = ("schedule_studies.json",)
 #: the H200 profile whose fp8 and bf16 GEMM points ``gemm_pairs`` reads
 H200_PROFILE = os.path.join(os.path.dirname(__file__), "..", "docs", "measurements",
                             "h200_2026-11-29", "run2", "default.yaml")
@@ -152,9 +151,7 @@ def twin_rows() -> list[tuple]:
     """``(file, id, GPU, dtype, measured s, estimated s, bf16 twin s, error %, fp8/bf16)`` of
     every quantised MoE reference row with a measured step."""
     out = []
-    for name in sorted(os.listdir(DATA)):
-        if not name.endswith(".json") or name in NOT_ROWS:
-            continue
+    for name in run_file_names(DATA):
         for e in load_reference(os.path.join(DATA, name)):
             case = case_from_entry(e)
             job = case.job
