@@ -11,56 +11,19 @@ Before, the estimate kept the even rank's ``num_layers/pp`` layers' copies (1.22
 the simulation's 1.3802 s on the first plan below)."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
+from experiments.offload_uneven_rows import ATT, CASES, case_job
 from simulator.cli.main import main
 from simulator.simulate import simulate
 from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.estimate.scalar import estimate
 from strategies.estimate.stage_cost_memo import StageCostMemo
-from strategies.job import make_job
-from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from topologies.cluster import cluster_preset
-from topologies.cluster.arg import mixed_cluster
 
-ATT = "offload_modules=qkv_linear+core_attn+attn_proj"
 LLAMA = model_preset("llama3-8b")
-MIXTRAL = model_preset("mixtral-8x7b")
-DENSE_FIRST = dataclasses.replace(MIXTRAL, first_k_dense_replace=2)   # two kinds of layer
-
-CASES = [
-    (LLAMA, "dgx-h100:1", f"tp=1,pp=2,dp=4,mbs=1,{ATT},first_stage_layers=14", 64),
-    (LLAMA, "dgx-h100:1", f"tp=1,pp=2,dp=4,mbs=1,{ATT},last_stage_layers=12", 64),
-    (LLAMA, "dgx-h100:1", f"tp=2,pp=4,dp=1,mbs=1,{ATT},layers_per_stage=6/10/9/7", 16),
-    (LLAMA, "dgx-h100:1", f"tp=2,pp=4,dp=1,mbs=1,{ATT},layout=Et*6|t*10|t*9|t*7L", 16),
-    (LLAMA, "dgx-h100:1",
-     f"tp=2,pp=2,dp=2,mbs=1,schedule=interleaved,{ATT},layout=Et*6|t*10|t*10|t*6L", 32),
-    (LLAMA, "dgx-h100:1", f"tp=1,pp=2,dp=4,mbs=1,schedule=zb-h1,{ATT},first_stage_layers=14",
-     64),
-    (LLAMA, "dgx-h100:1",
-     f"tp=1,pp=2,dp=4,mbs=1,schedule=dualpipe,{ATT},first_stage_layers=14", 64),
-    (MIXTRAL, "dgx-h100:2",
-     "tp=2,pp=2,ep=4,dp=4,mbs=1,offload_modules=expert_fc1+moe_act,first_stage_layers=14", 64),
-    (DENSE_FIRST, "dgx-h100:2",
-     "tp=2,pp=2,ep=4,dp=4,mbs=1,offload_modules=expert_fc1+moe_act,first_stage_layers=14", 64),
-    (DENSE_FIRST, "dgx-h100:2", "tp=2,pp=2,ep=4,dp=4,mbs=1,offload_modules=expert_fc1+moe_act+"
-     "qkv_linear+core_attn+attn_proj,last_stage_layers=14", 64),
-    (LLAMA, "dgx-h100:1+dgx-a100:1", f"tp=2,pp=2,dp=4,mbs=1,{ATT}", 64),
-    (LLAMA, "dgx-h100:1+dgx-a100:1", f"tp=2,pp=2,dp=4,mbs=1,{ATT},first_stage_layers=14", 64),
-]
-
-
-def _job(model, cluster, plan, gbs):
-    if "+" in cluster:
-        cl = mixed_cluster(cluster)
-    else:
-        name, n = cluster.split(":")
-        cl = cluster_preset(name, int(n))
-    return make_job(model, cl, parse_plan(plan), global_batch=gbs)
+_job = case_job          # the cases: experiments/offload_uneven_rows.py
 
 
 @pytest.mark.parametrize("model,cluster,plan,gbs", CASES,
