@@ -309,6 +309,16 @@ def _check_recompute_against_model(model: ModelSpec, plan: Plan,
             raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of the "
                             f"largest model chunk (layout {layout.text}, pp={plan.pp}, "
                             f"vpp={plan.vpp})")
+        if plan.offload_modules and plan.recompute_method != "uniform" and n < lpc:
+            # Megatron-Core's block method runs the layers past the first N without a
+            # checkpoint (megatron/core/recompute.py L167-181 at d98e8a64dd), so their
+            # offload groups copy as without recomputation; paraplan prices the groups of
+            # a whole-layer recomputation only (none: docs/calibration.md §5.217)
+            raise SpecError("offload_modules", "+".join(plan.offload_modules),
+                            f"not modelled with block recompute_layers={n} below the {lpc} "
+                            "layers of a model chunk: the layers past the first "
+                            f"{n} run without a checkpoint and offload their modules, which "
+                            "paraplan does not price (recompute every layer, or none)")
     check_modules_against_model(model, plan.recompute_modules or ())
 
 

@@ -9,22 +9,21 @@ from typing import Any
 
 from strategies.estimate.stage_correction import corrected, messages_shift
 from strategies.estimate.stage_cost_memo import StageCostMemo
-from strategies.estimate.stage_passes import chunk_seconds
+from strategies.estimate.stage_passes import busiest, chunk_seconds, offload_seconds
 from strategies.job import Job
 from strategies.schedules import get_schedule
 
 
-def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
-                 ) -> list[list[tuple[float, float, float]]]:
-    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks
-    (``stage_passes.chunk_seconds``) from the shared cost record: the layers each chunk
-    holds by kind (``cost.stage.chunk_layers``) on its rank's GPU type
-    (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the first position and
-    the LM head on the last; with ``even_on`` (a GPU)
-    ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
-    assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
-    ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the estimate's
-    ``StageCostMemo``."""
+def chunk_records(job: Job, even_on=None, costs: StageCostMemo | None = None
+                  ) -> list[list[tuple[Any, list, bool, bool]]]:
+    """``(stage-cost record, chunk_layers items, embedding, LM head)`` of each rank's chunks,
+    as ``chunk_times`` times them: the layers each chunk holds by kind
+    (``cost.stage.chunk_layers``) on its rank's GPU type (``mixed.slowest_gpu`` over the
+    rank's chunks), the embedding on the first position and the LM head on the last; with
+    ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU,
+    the analytic model's assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1
+    holds stage ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the
+    estimate's ``StageCostMemo``."""
     from strategies.cost.stage import chunk_layers
     from strategies.estimate.mixed import slowest_gpu
     costs = costs or StageCostMemo(job)
@@ -33,7 +32,7 @@ def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
     last = sched.num_virtual_stages(p.pp, p.vpp) - 1
     mirrored = bool(sched.mirrored) and p.pp > 1
 
-    def row_on(s: int, gpu) -> list[tuple[float, float, float]]:
+    def row_on(s: int, gpu) -> list[tuple[Any, list, bool, bool]]:
         c = costs(gpu)
         row = []
         for ch in range(2 if mirrored else p.vpp):
@@ -43,16 +42,51 @@ def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
             else:
                 items = [(job.model.num_layers / (p.pp * p.vpp), c)]
             vs = sched.virtual_stage(s, ch, p.pp, p.vpp, 0)
-            row.append(chunk_seconds(c, items, vs == 0, vs == last))
+            row.append((c, items, vs == 0, vs == last))
         return row
 
     out = []
     for s in range(p.pp):
         gpu = even_on if even_on is not None else slowest_gpu(
             map(job.cluster.gpu_of_node, job.stage_nodes(s)),
-            lambda g: sum(f + b for f, b, _ in row_on(s, g)))
+            lambda g: sum(f + b for f, b, _ in (chunk_seconds(*x) for x in row_on(s, g))))
         out.append(row_on(s, gpu))
     return out
+
+
+def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> list[list[tuple[float, float, float]]]:
+    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks
+    (``stage_passes.chunk_seconds`` of ``chunk_records``: each chunk's own layers by kind on
+    its rank's GPU type, or with ``even_on`` the analytic model's mean layers on that GPU).
+    ``costs``: the estimate's ``StageCostMemo``."""
+    return seconds_of(chunk_records(job, even_on, costs))
+
+
+def seconds_of(records: list[list[tuple[Any, list, bool, bool]]]
+               ) -> list[list[tuple[float, float, float]]]:
+    """``stage_passes.chunk_seconds`` of each rank's ``chunk_records``."""
+    return [[chunk_seconds(*x) for x in row] for row in records]
+
+
+def chunk_passes(job: Job, rank: int) -> list[int]:
+    """The micro-batches the schedule's order runs through each of ``rank``'s chunks in one
+    step: ``num_microbatches`` each, but DualPipe's two copies (``Schedule.mirrored``), which
+    take half each (its order, ``Schedule.steps``, counted)."""
+    p, m = job.plan, job.num_microbatches
+    sched = get_schedule(p.schedule)
+    if not (sched.mirrored and p.pp > 1):
+        return [m] * p.vpp
+    steps = sched.steps(rank, p.pp, m, p.vpp, p.microbatch_group_size)
+    return [sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2)]
+
+
+def rank_offloads(job: Job, records: list[list[tuple[Any, list, bool, bool]]]) -> list[Any]:
+    """Each rank's exposed activation-offload seconds per step over its chunks
+    (``chunk_records``): each chunk's ``stage_passes.offload_seconds`` times the
+    micro-batches run through it (``chunk_passes``)."""
+    return [sum(n * offload_seconds(x[1]) for n, x in zip(chunk_passes(job, r), row))
+            for r, row in enumerate(records)]
 
 
 def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
@@ -81,20 +115,25 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     def makespan(times) -> tuple[float, float]:
         return span(times), m * max(sum(f + b for f, b, _ in row) for row in times)
 
-    even, real = chunk_times(job, job.cluster.gpu, costs), chunk_times(job, None, costs)
+    held_by = chunk_records(job, None, costs)          # the real chunks
+    even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
 
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
     shift, held = a2a_shift(job, r, even, real, span, costs)
+    # the busiest real rank's own exposed offload copies: the breakdown's entry
+    off = busiest(ranks(real), rank_offloads(job, held_by))
     if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
         return corrected(job, r, makespan(even), makespan(real),
-                          messages_shift(job, r, ranks(even), ranks(real)), shift)
+                          messages_shift(job, r, ranks(even), ranks(real)), shift,
+                          offload=off)
     # the busiest real rank's layers run the layers' own communication (``r``'s is the even
     # rank's num_layers/pp); the rest of the order's shift is bubble
     scale = 1.0 if held is None or get_schedule(p.schedule).mirrored \
         else held / (job.model.num_layers / p.pp)
     return corrected(job, r, makespan(even), makespan(real),
-                      messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale)
+                      messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale,
+                      off)
 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,

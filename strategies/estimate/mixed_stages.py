@@ -32,7 +32,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.estimate.stage_correction import corrected_arrays, messages_shift_arrays
-from strategies.estimate.stage_passes import chunk_seconds, stage_seconds
+from strategies.estimate.stage_passes import (busiest, chunk_seconds, offload_seconds,
+                                               stage_seconds)
 from strategies.job import stage_node_bounds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
@@ -43,7 +44,7 @@ from topologies.cluster import Cluster
 #: the stage-cost fields a stage's forward, backward and weight gradient read
 _FIELDS = ("layer_fwd", "layer_bwd", "layer_recompute", "layer_wgrad", "embedding_fwd",
            "embedding_bwd", "embedding_wgrad", "head_fwd", "head_bwd", "head_wgrad",
-           "recompute_cap", "layer_recompute_each")
+           "recompute_cap", "layer_recompute_each", "layer_offload_fwd", "layer_offload_bwd")
 
 
 def _rows(sc: Any, idx: np.ndarray, n: int) -> SimpleNamespace:
@@ -96,7 +97,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
     uneven = rank_layers(m.num_layers, P)[4] | ~np.isnan(np.asarray(P.layout_first, float))
     keep = np.flatnonzero((pp_all > 1) & ~np.broadcast_to(uneven, (size,)))
     keys = ("step_time_s", "pp_comm", "ep_comm", "compute", "bubble", "mfu", "hfu",
-            "tokens_per_s", "bubble_fraction", "p2p_time_s")
+            "tokens_per_s", "bubble_fraction", "p2p_time_s", "offload")
     out = {k: np.array(np.broadcast_to(np.asarray(base[k], dtype=float), (size,)))
            for k in keys}
     if keep.size == 0:
@@ -120,13 +121,17 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                 return stage_seconds(c, n, vpp, s == 0, s == head_at)
             n_real = L / pp               # the even split's layers per stage
             even = [stage(even_c, s, L / pp) for s in range(pp)]
-            real = []
+            real, offs = [], []     # each stage's seconds, its exposed offload copies
             for s in range(pp):
                 cands = []
                 for gpu, holds in stage_types(cl, P, idx, s):
-                    secs = stage(rows[gpu.name], s, n_real)
-                    cands.append((holds, secs, secs[0] + secs[1]))
-                real.append(_slowest(cands))
+                    c = rows[gpu.name]
+                    secs = stage(c, s, n_real)
+                    cands.append((holds, (*secs, offload_seconds([(n_real, c)])),
+                                  secs[0] + secs[1]))
+                *secs, off = _slowest(cands)
+                real.append(tuple(secs))
+                offs.append(off)
             order = free_comm_order(sched, pp, mb, 1, None, bool(combined))
 
             def timing(times):
@@ -148,15 +153,17 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                     out_row.append(chunk_seconds(c, [(n_chunk, c)], vs == 0, vs == last))
                 return out_row
             even = [row(even_c, s) for s in range(pp)]
-            real = []
+            real, offs = [], []
             for s in range(pp):
                 cands = []
                 for gpu, holds in stage_types(cl, P, idx, s):
                     r_ = row(rows[gpu.name], s)
-                    cands.append((holds, tuple(x for t in r_ for x in t),
+                    off = sum(offload_seconds([(n_chunk, rows[gpu.name])]) for _ in r_)
+                    cands.append((holds, (*(x for t in r_ for x in t), off),
                                   sum(f + b for f, b, _ in r_)))
-                flat = _slowest(cands)
-                real.append([flat[3 * i:3 * i + 3] for i in range(len(flat) // 3)])
+                *flat, off = _slowest(cands)
+                real.append([tuple(flat[3 * i:3 * i + 3]) for i in range(len(flat) // 3)])
+                offs.append(off)
             order = free_comm_order(sched, pp, mb, vpp, None, bool(combined))
 
             def timing(times):
@@ -172,7 +179,9 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
         n = idx.size
         spans = free_comm_makespans(order, lambda q, g: np.concatenate(
             [np.broadcast_to(sec_e(q, g), (n,)), np.broadcast_to(sec_u(q, g), (n,))]), 2 * n)
-        fixed = corrected_arrays(r, (spans[:n], busy_e), (spans[n:], busy_u), tokens[idx], msg)
+        # the busiest real stage's own exposed offload copies: the breakdown's entry
+        fixed = corrected_arrays(r, (spans[:n], busy_e), (spans[n:], busy_u), tokens[idx], msg,
+                                 offload=mb * busiest(ranks_u, offs))
         for k, v in fixed.items():
             out[k][idx] = v
     return out

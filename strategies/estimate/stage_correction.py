@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.estimate.stage_cost_memo import StageCostMemo
-from strategies.estimate.stage_passes import stage_seconds
+from strategies.estimate.stage_passes import busiest, offload_seconds, stage_seconds
 from strategies.estimate.terms.messages import ranked_messages
 from strategies.estimate.terms.stages import bubble_share
 from strategies.job import Job
@@ -18,33 +18,49 @@ from strategies.schedules import head_rank, schedule_code
 from strategies.schedules.registry import schedule_of_code
 
 
-def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
-                 ) -> tuple[list[float], list[float], list[float]]:
-    """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
-    seconds per micro-batch of each pipeline stage (``stage_passes.stage_seconds``) from the
-    shared cost record: its own layer count on its own GPU type (of those among its
-    ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
-    ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
-    model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
+def stage_records(job: Job, even_on=None, costs: StageCostMemo | None = None
+                  ) -> list[tuple[Any, float]]:
+    """``(stage-cost record, mean layers)`` of each pipeline stage, as ``stage_times`` times
+    it: its own layer count on its own GPU type (of those among its ranks, the one whose
+    forward + backward is longest, ``mixed.slowest_gpu``), or with ``even_on`` (a GPU)
+    ``num_layers / pp`` layers on that GPU for every stage. ``costs``: the estimate's
+    ``StageCostMemo``."""
     from strategies.estimate.mixed import slowest_gpu
     costs = costs or StageCostMemo(job)
-    p, f, b, w = job.plan, [], [], []
+    p = job.plan
     head_at = head_rank(p.schedule, p.pp, p.vpp)
-
-    def times(s: int, gpu, n: float) -> tuple[float, float, float]:
-        return stage_seconds(costs(gpu), n, p.vpp, s == 0, s == head_at)
-
+    out = []
     for s in range(p.pp):
         if even_on is None:
             n = job.layers_of_stage(s)
             gpu = slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(s)),
-                              lambda g: sum(times(s, g, n)[:2]))
+                              lambda g: sum(stage_seconds(costs(g), n, p.vpp, s == 0,
+                                                          s == head_at)[:2]))
         else:
             gpu, n = even_on, job.model.num_layers / p.pp
-        for out, x in zip((f, b, w), times(s, gpu, n)):
+        out.append((costs(gpu), n))
+    return out
+
+
+def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> tuple[list[float], list[float], list[float]]:
+    """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
+    seconds per micro-batch of each pipeline stage (``stage_passes.stage_seconds``) from the
+    shared cost record (``stage_records``: each stage's own layers on its own GPU type, or
+    with ``even_on`` the analytic model's ``num_layers / pp`` on that GPU).
+    ``costs``: the estimate's ``StageCostMemo``."""
+    p, f, b, w = job.plan, [], [], []
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
+    for s, (c, n) in enumerate(stage_records(job, even_on, costs)):
+        for out, x in zip((f, b, w), stage_seconds(c, n, p.vpp, s == 0, s == head_at)):
             out.append(x)
     return f, b, w
 
+
+def stage_offloads(job: Job, costs: StageCostMemo | None = None) -> list[Any]:
+    """Each real stage's exposed activation-offload seconds per micro-batch
+    (``stage_passes.offload_seconds`` of its ``stage_records``)."""
+    return [offload_seconds([(n, c)]) for c, n in stage_records(job, None, costs)]
 
 
 def messages_shift_arrays(code: Any, m: Any, pp: int, vpp: int, p2p: Any, even: list,
@@ -76,26 +92,32 @@ def messages_shift(job: Job, r: dict[str, Any], even: list[float],
 
 #: the analytic step's entries ``corrected_arrays`` reads
 _CORRECTED_READS = ("step_time_s", "pp_comm", "ep_comm", "compute", "bubble", "tp_comm",
-                    "cp_comm", "mfu", "hfu")
+                    "cp_comm", "mfu", "hfu", "offload")
 
 
 def corrected_arrays(r: Mapping[str, Any], even: tuple, real: tuple, tokens: Any,
                      messages: Any = 0.0, a2a: Any = 0.0, order: Any = 0.0,
-                     comm_scale: Any = None) -> dict[str, Any]:
+                     comm_scale: Any = None, offload: Any = None) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
     busiest rank) and bubble; ``messages`` (``messages_shift``) to ``pp_comm``, ``a2a``
     (``chunk_correction.a2a_shift`` with expert parallelism) to ``ep_comm``, ``order``
     (``a2a_shift`` without: the layers' own communication in the real order) to bubble, less
     the part of it that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times
-    ``comm_scale``; None: those two left out). ``tokens``: per step. Numbers (one plan,
-    ``corrected``) or arrays over plans (``mixed_stages``); returns the entries it changes."""
+    ``comm_scale``; None: those two left out). ``offload``: the busiest real rank's exposed
+    offload seconds per step (``stage_passes.offload_seconds``), which its busy time holds:
+    the breakdown's ``offload`` entry, and compute the rest of the shift (None: ``r``'s kept,
+    the even rank's). ``tokens``: per step. Numbers (one plan, ``corrected``) or arrays over
+    plans (``mixed_stages``); returns the entries it changes."""
     (span_e, busy_e), (span_u, busy_u) = even, real
     step = r["step_time_s"] - span_e + span_u + messages + a2a + order
     # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
     ep = np.maximum(r["ep_comm"] + a2a, 0.0)
     out = {"pp_comm": r["pp_comm"] + messages, "ep_comm": ep}
     compute = r["compute"] + busy_u - busy_e
+    if offload is not None:     # the busiest real rank's copies: their own entry
+        out["offload"] = offload
+        compute = compute - (offload - r["offload"])
     bubble = r["bubble"] + (span_u - busy_u) - (span_e - busy_e) \
         + (r["ep_comm"] + a2a - ep) + order
     if comm_scale is not None:
@@ -114,11 +136,11 @@ def corrected_arrays(r: Mapping[str, Any], even: tuple, real: tuple, tokens: Any
 def corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
               real: tuple[float, float], messages: float = 0.0,
               a2a: float = 0.0, order: float = 0.0,
-              comm_scale: float = 1.0) -> dict[str, Any]:
+              comm_scale: float = 1.0, offload: float | None = None) -> dict[str, Any]:
     """``r`` (``job``'s analytic step) with ``corrected_arrays``' entries, in seconds."""
     nums = {k: float(r[k]) for k in _CORRECTED_READS}
     fixed = corrected_arrays(nums, even, real, job.tokens_per_step, messages, a2a, order,
-                             comm_scale)
+                             comm_scale, offload)
     return {**r, **{k: float(v) for k, v in fixed.items()}}
 
 
@@ -169,7 +191,8 @@ def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     by that of the real stages. Both makespans come from the schedule with free communication
     (``schedules.analysis.simulate_free_comm``; stage ``s`` at ``slowdown_s`` times stage 0's
     step), the rest of the analytic step (communication, optimizer) kept; the difference goes
-    to compute (busiest stage) and bubble. ``costs``: the estimate's ``StageCostMemo``."""
+    to compute (busiest stage) and bubble, that stage's own exposed offload copies
+    (``stage_offloads``) to ``offload``. ``costs``: the estimate's ``StageCostMemo``."""
     costs = costs or StageCostMemo(job)
     m = job.num_microbatches
 
@@ -180,8 +203,9 @@ def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     even = stage_times(job, job.cluster.gpu, costs)
     real, real_ranks = real_replay(job, costs)     # the replay ``stage_slack`` reads too
-    shift = messages_shift(job, r, [x + y for x, y in zip(*even[:2])],
-                           [x + y for x, y in zip(*real[:2])])
+    busy = [x + y for x, y in zip(*real[:2])]
+    shift = messages_shift(job, r, [x + y for x, y in zip(*even[:2])], busy)
     return corrected(job, r, makespan(even, _free_ranks(job, *even)),
-                     makespan(real, real_ranks), shift)
+                     makespan(real, real_ranks), shift,
+                     offload=m * busiest(busy, stage_offloads(job, costs)))
 
