@@ -119,8 +119,8 @@ def test_printed_config_reads_a_resolved_hydra_dump() -> None:
 def test_fp8_params_rows_store_and_gather_fp8_weights() -> None:
     """v4.0/v4.1 set FP8_PARAMS=True (NeMo's ``fp8_params``: weights built under TE's
     ``fp8_model_init``, gathered as uint8): those rows state ``plan.fp8_param_gather`` and
-    the reader keeps one byte per stored weight and no 16-bit copy; the v3.x rows (FP8_PARAMS
-    not set, custom.yaml's default False) state false and keep 16-bit weights."""
+    the reader keeps one byte per stored weight and no 16-bit copy; the v3.x rows (no such
+    switch in their configs or their NeMo) state false and keep 16-bit weights."""
     on = []
     for r, s in PAIRS:
         said = s["switches"]["FP8_PARAMS"][0] == "True"
