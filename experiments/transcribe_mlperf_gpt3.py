@@ -359,11 +359,12 @@ def row(s: dict) -> dict:
         notes.append("LAYER_CUDA_GRAPH graphs each transformer layer (custom.yaml "
                      "enable_cuda_graph / external_cuda_graph), not the whole step: "
                      "plan.cuda_graph (one graph per step) stays false.")
-    if _flag(sw["FP8_PARAMS"]):
-        notes.append("fp8_params keeps the weights in FP8 and all-gathers them in FP8 after the "
-                     "optimizer; the reader has no switch for it outside the NeMo 25.x and "
-                     "Megatron-Bridge tables (perf_harness.quantised_param_gather): priced with "
-                     "16-bit weights.")
+    fp8_weights = fp8 and _flag(sw["FP8_PARAMS"])
+    if fp8_weights:
+        notes.append("fp8_params builds the model under Transformer Engine's fp8_model_init "
+                     "(FP8 weights, no 16-bit copy) and NeMo's distributed Adam all-gathers "
+                     "them as uint8 after the optimizer: plan.fp8_param_gather true (NeMo "
+                     f"{FP8_PARAMS_SOURCE}).")
     return {
         "id": _id(s),
         "kind": "measured",
@@ -388,6 +389,7 @@ def row(s: dict) -> dict:
                  "sequence_parallel": _flag(sw["SEQ_PARALLEL"]),
                  "tp_comm_overlap": _flag(sw["TP_COMM_OVERLAP"]),
                  "zero_stage": 1 if _flag(sw["USE_DIST_OPTIMIZER"]) else 0,
+                 "fp8_param_gather": fp8_weights,
                  "grad_accum": ga, "cuda_graph": False},
         "precision": "fp8 (delayed scaling)" if fp8 else "bf16",
         "measured": {"step_time_s": step},
@@ -399,6 +401,16 @@ def row(s: dict) -> dict:
         },
         "notes": " ".join(notes),
     }
+
+
+#: where NeMo's ``fp8_params`` is read (the releases of the v4.0 and v4.1 rows):
+#: ``megatron_gpt_model.py`` builds the model under ``transformer_engine.pytorch.fp8_model_init``
+#: when ``fp8`` and ``fp8_params`` are set, and ``nemo/core/optim/distributed_adam.py`` puts
+#: the ``Float8Tensor`` weights in buckets with ``param_sync_dtype=torch.uint8``
+FP8_PARAMS_SOURCE = ("v2.0.0.rc0.beta b2eccd270dd9 / 24.09-alpha.rc0 4068955b5add: "
+                     "nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py "
+                     "fp8_model_init (L328 / L361), nemo/core/optim/distributed_adam.py "
+                     "param_sync_dtype=torch.uint8 (L283 / L293)")
 
 
 MODEL_NOTE = ("GPT-3 175B as the benchmark's config states (custom.yaml / config_common.sh: 96 "

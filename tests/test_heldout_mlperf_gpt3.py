@@ -114,3 +114,38 @@ def test_a_config_whose_batch_the_log_contradicts_keeps_the_logs() -> None:
 def test_printed_config_reads_a_resolved_hydra_dump() -> None:
     log = "  0:     sequence_parallel: true\n 0:   fp8: false\n0: foo bar\n  0:   fp8: true\n"
     assert tr.printed_config(log) == {"sequence_parallel": "true", "fp8": "false"}
+
+
+def test_fp8_params_rows_store_and_gather_fp8_weights() -> None:
+    """v4.0/v4.1 set FP8_PARAMS=True (NeMo's ``fp8_params``: weights built under TE's
+    ``fp8_model_init``, gathered as uint8): those rows state ``plan.fp8_param_gather`` and
+    the reader keeps one byte per stored weight and no 16-bit copy; the v3.x rows (no such
+    switch in their configs or their NeMo) state false and keep 16-bit weights."""
+    on = []
+    for r, s in PAIRS:
+        said = s["switches"]["FP8_PARAMS"][0] == "True"
+        assert r["plan"]["fp8_param_gather"] is said
+        sy = case_from_entry(r, ROWS).job.system
+        assert (sy.quantised_weights, sy.gather_bytes()) == ((1.0, 1.0) if said else (0.0, 2.0))
+        on += [r["id"]] if said else []
+    assert len(on) == 9 and all(i.startswith(("mlperf40", "mlperf41")) for i in on)
+
+
+def test_the_mbs2_h100_rows_fit_in_hbm_with_fp8_weights() -> None:
+    """The H100 micro-batch-2 rows ran, so their estimated peak must fit the 80 GB; with
+    16-bit weights beside the FP8 copies it did not (peak 1.07-1.13 x HBM, §5.215)."""
+    from dataclasses import replace
+    from strategies.estimate import estimate
+    from strategies.job import make_job
+    rows = [r for r in ROWS if r["plan"]["microbatch"] == 2 and r["hardware"]["gpu"] == "H100 SXM"]
+    assert len(rows) == 5
+    for r in rows:
+        job = case_from_entry(r, ROWS).job
+        hbm = job.cluster.gpu.hbm_bytes
+        peak = max(sum(vars(s).values()) for s in estimate(job).memory_by_stage)
+        assert peak <= hbm, r["id"]
+        bf16_weights = make_job(job.model, job.cluster, job.plan, dtype=job.dtype,
+                                framework=job.framework,
+                                system=replace(job.system, quantised_weights=0.0,
+                                               param_gather_bytes=0.0))
+        assert max(sum(vars(s).values()) for s in estimate(bf16_weights).memory_by_stage) > hbm

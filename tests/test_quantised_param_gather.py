@@ -94,3 +94,29 @@ def test_reader_facts(cases, rid, gather, grad):
     sy = cases[rid].job.system
     assert sy.param_gather_bytes == gather
     assert sy.main_grad_bytes(cases[rid].job.dtype) == grad
+
+
+def test_stated_fp8_param_gather_rules():
+    """A row's ``plan.fp8_param_gather`` (or NeMo's ``fp8_params``) is read before its
+    table's rule: true keeps one byte per weight under per-tensor FP8 only (MXFP8 or bf16:
+    not applied, said so), false turns the table's rule off, a non-boolean is refused."""
+    from strategies.errors import SpecError
+    from strategies.reference.stated_switches import stated_param_gather
+    notes: list[str] = []
+    on = {"plan": {"fp8_param_gather": True}}
+    assert stated_param_gather(on, "fp8", notes)[0] == 1.0
+    assert stated_param_gather({"plan": {"fp8_params": True}}, "fp8-current", notes)[0] == 1.0
+    assert stated_param_gather({"plan": {}}, "fp8", notes) is None      # no table rule either
+    assert notes == []
+    assert stated_param_gather(on, "mxfp8", notes) is None and "not modelled" in notes[-1]
+    assert stated_param_gather(on, "bf16", notes) is None
+    # a NeMo 25.02 performance row, whose table's rule is on: a stated false wins
+    from strategies.reference.cases import load_reference
+    nemo = next(r for r in load_reference("strategies/reference/data/nemo_performance_25.json")
+                if r["id"] == "nemo2502_gpt3175b_h100_512")
+    assert stated_param_gather(nemo, "fp8", notes)[0] == 1.0
+    off = {**nemo, "plan": {**nemo["plan"], "fp8_param_gather": False}}
+    assert stated_param_gather(off, "fp8", notes) is None
+    with pytest.raises(SpecError) as e:
+        stated_param_gather({"plan": {"fp8_param_gather": "yes"}}, "fp8", notes)
+    assert e.value.field == "plan.fp8_param_gather"

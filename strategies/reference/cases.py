@@ -24,7 +24,7 @@ from strategies.reference.perf_harness import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE
                                                OPG_OPTIMIZER_SOURCE, grad_reduce_in_fp32,
                                                harness_fp8_is_current, nemo_perf_row,
                                                param_gather_with_optimizer,
-                                               quantised_param_gather, stated_quant_scope)
+                                               stated_quant_scope)
 from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
 from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
                                               with_source_fork, with_stated_cp, with_stated_env,
@@ -36,7 +36,8 @@ from strategies.reference.plan_reading import (balanced_layers, parallel_sizes, 
                                                recipe_layout_plan, slot_plan,
                                                stated_stages_plan)
 from strategies.reference.recipe_options import llama_recipe_switches, routing_balance
-from strategies.reference.stated_switches import stated_size, stated_compile
+from strategies.reference.stated_switches import (stated_compile, stated_param_gather,
+                                                  stated_size)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
 DATA_DIR = os.path.dirname(DATA)
@@ -208,7 +209,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
                      + (NEMO_PERF_SOURCE if nemo_perf_row(c) else GRAD_REDUCE_SOURCE) + ")")
     # (not under ZeRO-3, which gathers per layer: NeMo's scripts turn the FP8 gather off with
     # Megatron FSDP, v2.3.0 ``scripts/performance/utils.py``)
-    q_ag = quantised_param_gather(c, dtype) if plan.zero < 3 else None
+    q_ag = stated_param_gather(c, dtype, notes) if plan.zero < 3 else None
     if q_ag is not None:
         # (the same switch builds the weights quantised: no 16-bit copy, §5.151)
         system = replace(system or SystemConfig(), param_gather_bytes=q_ag[0],

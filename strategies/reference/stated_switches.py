@@ -1,7 +1,7 @@
 """What an entry's plan states in so many words, read for the reference reader
 (``strategies.reference.cases``): a parallel size, a boolean switch, the overlap switches and
-FlashAttention (stated, else the stack's default, said so), async TP, torch.compile and
-Megatron-Core's ``delay_wgrad_compute``.
+FlashAttention (stated, else the stack's default, said so), async TP, torch.compile,
+Megatron-Core's ``delay_wgrad_compute`` and FP8-stored weights (``fp8_param_gather``).
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import re
 
 from strategies.errors import SpecError
 from strategies.stacks.profile import FrameworkProfile
-from strategies.reference.perf_harness import harness_delay_wgrad
+from strategies.reference.perf_harness import (GATHER_BYTES, harness_delay_wgrad,
+                                               quantised_param_gather)
 
 
 def stated_size(v) -> int | None:
@@ -63,6 +64,32 @@ def stated_delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
                  "message is posted)" if cite else
                  "delay_wgrad_compute=false (not stated; Megatron-Core's default, "
                  "model_parallel_config.py delay_wgrad_compute: bool = False)")
+
+
+#: the precisions whose stated ``fp8_param_gather`` keeps one byte per weight: per-tensor FP8
+#: (Transformer Engine's ``Float8Tensor``; MXFP8's gather reuses the 16-bit gradient buffer)
+STATED_GATHER_DTYPES = ("fp8", "fp8-current")
+STATED_GATHER_SOURCE = ("stated: plan.fp8_param_gather (NeMo's fp8_params: the model built under "
+                        "Transformer Engine's fp8_model_init, Float8Tensor weights and no 16-bit "
+                        "copy; its distributed Adam gathers them as uint8)")
+
+
+def stated_param_gather(c: dict, dtype: str, notes: list[str]) -> tuple[float, str] | None:
+    """``(bytes per stored weight, source)`` where entry ``c``'s run kept its weights
+    quantised and all-gathered them so after the optimizer (``SystemConfig.quantised_weights``
+    and ``param_gather_bytes``, docs/calibration.md §5.151, §5.219): what its plan states
+    (``fp8_param_gather``, or NeMo's name ``fp8_params``) where the precision is per-tensor
+    FP8 (``STATED_GATHER_DTYPES``; any other precision: not applied, said so); stated false:
+    None; not stated: the rule of its table (``perf_harness.quantised_param_gather``).
+    SpecError for a value that is not a boolean."""
+    said = stated_bool(c.get("plan") or {}, "fp8_param_gather", "fp8_params")
+    if said is None:
+        return quantised_param_gather(c, dtype)
+    if said and dtype not in STATED_GATHER_DTYPES:
+        notes.append(f"fp8_param_gather stated but not modelled (precision {dtype}: one byte "
+                     f"per weight needs per-tensor FP8, {', '.join(STATED_GATHER_DTYPES)})")
+        return None
+    return (GATHER_BYTES[dtype], STATED_GATHER_SOURCE) if said else None
 
 
 #: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for
