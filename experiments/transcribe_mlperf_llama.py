@@ -52,6 +52,12 @@ ENV_KEYS = ("DGXNNODES", "DGXNGPU", "MINIBS", "TENSOR_MODEL_PARALLEL", "PIPELINE
             "ACT_CKPT_GRANULARITY", "ACT_CKPT_METHOD", "ACT_CKPT_NUM_LAYERS", "USE_DIST_OPTIMIZER",
             "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER", "ASYM_PP_EMBED", "ASYM_PP_LOSS",
             "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP", "CP_COMM_TYPE")
+#: the launch variables read beside ``ENV_KEYS`` for a rack-scale row: v5.1's ``SEGMENT``, the
+#: Slurm segment the job is placed in (``sbatch --segment``: that many nodes, here 4-GPU trays,
+#: in one topology block, one NVL72 rack); nothing in the repository reads it, the launcher does
+RACK_KEYS = ("SEGMENT",)
+#: a rack-scale system's name gives its racks: ``Carina (16x NVIDIA GB200 NVL72)``
+RACKS_IN_NAME = re.compile(r"\((\d+)x NVIDIA GB\d00 NVL72\)")
 #: the system JSON fields a row keeps
 SYSTEM_KEYS = ("system_name", "number_of_nodes", "accelerators_per_node", "accelerator_model_name",
                "accelerator_interconnect", "host_networking")
@@ -119,8 +125,9 @@ def _extract(repo: str, dirs: list[str], into: str) -> None:
                     tf.extract(m, into, filter="data")
 
 
-def sourced_env(repo: str, impl: str, config: str, others: list[str]) -> dict[str, Any]:
-    """The ``ENV_KEYS`` values after ``source <config>`` in bash, with the files it sources
+def sourced_env(repo: str, impl: str, config: str, others: list[str],
+                keys: tuple[str, ...] = ENV_KEYS) -> dict[str, Any]:
+    """The ``keys`` values after ``source <config>`` in bash, with the files it sources
     (recursively) that its own implementation folder lacks taken from the submitter's other
     implementation folders of the benchmark (``others``), said under ``borrowed``; a sourced
     file found nowhere is said under ``missing``."""
@@ -143,7 +150,7 @@ def sourced_env(repo: str, impl: str, config: str, others: list[str]) -> dict[st
                     repo, "ls-tree", "--name-only", "HEAD", o + "/").split()})
             todo += _sourced(open(p, encoding="utf-8").read())
         script = (f"cd {tmp} && source ./{config} >/dev/null 2>&1; "
-                  + "; ".join(f'echo "{k}=${{{k}-<unset>}}"' for k in ENV_KEYS))
+                  + "; ".join(f'echo "{k}=${{{k}-<unset>}}"' for k in keys))
         out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}).stdout
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -244,7 +251,7 @@ def read_sources(mirrors: list[str]) -> dict[str, Any]:
             others = [impl_root + d for d in sorted({f[len(impl_root):].split("/")[0]
                                                      for f in files if f.startswith(impl_root)})
                       if impl_root + d != impl]
-            env = sourced_env(repo, impl, config, others)
+            env = sourced_env(repo, impl, config, others, ENV_KEYS + RACK_KEYS)
             subs.append({"submitter": submitter, "system": system, "impl": impl,
                          "config": config, "config_chosen": how, **env,
                          "yaml_defaults": yaml_defaults(repo, impl, others),
@@ -299,6 +306,32 @@ def pp_layout(layers: int, pp: int, vp: int) -> str | None:
         return None
     per = (layers + 2) // chunks
     return f"E{'t' * (per - 1)}|({'t' * per}|)*{chunks - 2}{'t' * (per - 1)}L"
+
+
+def nvlink_domain(sub: dict[str, Any]) -> tuple[int, str] | None:
+    """(GPUs per NVLink domain in the job, how it is known) for a rack-scale submission, None
+    for the others: the trays (``number_of_nodes``) over the racks the system's name gives
+    (v5.0 and v5.1; v5.0's configs state no segment), checked against the config's
+    ``SEGMENT`` (trays per Slurm block) where it sets one (v5.1)."""
+    sj = sub["system_json"]
+    m = RACKS_IN_NAME.search(str(sj.get("system_name") or ""))
+    if m is None:
+        return None
+    trays, racks, per_tray = int(sj["number_of_nodes"]), int(m.group(1)), int(
+        sj["accelerators_per_node"])
+    if trays % racks:
+        raise ValueError(f"{sub['system']}: {trays} trays over {racks} racks")
+    per_rack = trays // racks
+    how = (f"the system's name gives {racks} NVL72 racks for its {trays} trays: {per_rack} "
+           f"trays ({per_rack * per_tray} GPUs) of each rack's 18 in the job, one NVLink "
+           f"domain each")
+    seg = sub["env"].get("SEGMENT")
+    if seg is not None:
+        if int(seg) != per_rack:
+            raise ValueError(f"{sub['system']}: SEGMENT={seg} but {per_rack} trays a rack")
+        how += (f"; the config's SEGMENT={seg} (the Slurm segment: {seg} trays placed in one "
+                "block, an NVL72 rack) agrees")
+    return per_rack * per_tray, how
 
 
 def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
@@ -368,6 +401,9 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     if on(sub, "FP8_PARAM_GATHER"):
         notes.append("FP8_PARAM_GATHER=True: the distributed optimizer all-gathers FP8 weights "
                      "(not read by the reference reader for this source).")
+    domain = nvlink_domain(sub)
+    if domain:
+        notes.append(f"NVLink domain {domain[0]} GPUs: {domain[1]}.")
     thr = [v["median_throughput"] for v in logs.values() if v["median_throughput"]]
     if thr:
         notes.append(f"The log's mlperf_common block 'throughput' (samples/s, block mean) "
@@ -385,6 +421,7 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
         "model": {**MODEL, "seq_len": seq},
         "hardware": {"gpu": sub["gpu"], "n_gpus": n,
                      "gpus_per_node": int(sj["accelerators_per_node"]),
+                     **({"nvlink_domain_gpus": domain[0]} if domain else {}),
                      "interconnect": f"{sj['accelerator_interconnect']}; scale-out "
                                      f"{sj['host_networking']} (systems/{sub['system']}.json)"},
         "plan": plan,

@@ -2,7 +2,8 @@
 calibration §5.216): the Llama 3.1 405B submissions of training_results_v5.0 and v5.1. The
 transcriber writes the file byte for byte from the kept inputs; every row's step is the median
 over its result files of their per-step medians; every row's plan is the launch config's;
-the rows the reader cannot run say why."""
+the rows the reader cannot run say why; the GB200/GB300 rows state their NVLink domain
+(16 trays a rack, calibration §5.220)."""
 from __future__ import annotations
 
 import copy
@@ -29,13 +30,15 @@ def test_the_transcriber_writes_the_data_file() -> None:
 
 
 def test_row_count_and_what_the_reader_runs() -> None:
-    """22 submissions on catalog GPUs (14 in v5.0, 8 in v5.1; no AMD or TPU 405B run): 14
-    run; the 6 GB200 runs of 256 trays or more are refused by the rack rule (equal trays
-    per NVL72 rack in the fewest racks); Nebius's two v5.1 rows are its v5.0 logs again."""
+    """22 submissions on catalog GPUs (14 in v5.0, 8 in v5.1; no AMD or TPU 405B run): 20
+    run, the GB200 runs of 256 trays or more (1024-5120 GPUs) among them on racks of the 16
+    trays their rows state (``hardware.nvlink_domain_gpus`` 64: one NVLink domain of 64 GPUs a
+    rack, where the fewest racks of equal trays would refuse 256 trays); Nebius's two v5.1
+    rows are its v5.0 logs again."""
     assert len(ROWS) == 22 and len(BY_ID) == 22
     assert [len(r["submissions"]) for r in INPUTS["repos"]] == [14, 8]
     assert all(not r["not_in_catalog"] for r in INPUTS["repos"])
-    ran, rack, dup = [], [], []
+    ran, racks, dup = [], [], []
     for r in ROWS:
         case = case_from_entry(r, ROWS)
         if not case.skipped:
@@ -46,15 +49,45 @@ def test_row_count_and_what_the_reader_runs() -> None:
             assert (p.tp, p.pp, p.dp, p.cp, p.mbs, p.gbs, p.vpp) == (
                 pl["tp"], pl["pp"], pl["dp"], pl["cp"], pl["microbatch"],
                 pl["global_batch"], pl["virtual_stages"])
-        elif "racks must hold equal tray counts" in case.skipped:
-            rack.append(r)
+            cl, n = case.job.cluster, r["hardware"]["n_gpus"]
+            if r["hardware"]["gpu"] in ("GB200", "GB300"):
+                racks.append(r["id"])
+                assert r["hardware"]["nvlink_domain_gpus"] == 64
+                assert (cl.num_gpus, cl.nvlink_domain_size, cl.num_nodes) == (n, 64, n // 64)
+                assert cl.gpus_per_tray == 4 and cl.nvlink_domain_capacity == 72
+            else:
+                assert "nvlink_domain_gpus" not in r["hardware"]
         else:
             assert "the same run as mlperf50_" in case.skipped
             dup.append(r["id"])
-    assert len(ran) == 14 and len(rack) == 6 and len(dup) == 2
-    assert all(r["hardware"]["gpu"] == "GB200" and r["hardware"]["n_gpus"] >= 1024
-               for r in rack)
+    assert len(ran) == 20 and len(racks) == 11 and len(dup) == 2
+    assert sum(BY_ID[i]["hardware"]["n_gpus"] >= 1024 for i in racks) == 6
     assert all(i.startswith("mlperf51_llama31405b_nebius") for i in dup)
+
+
+def test_nvlink_domain_is_the_racks_in_the_system_name_and_the_segment() -> None:
+    """Trays per rack = the system JSON's nodes over the racks its name gives (``Carina (16x
+    NVIDIA GB200 NVL72)``: 256 / 16); v5.1's configs' ``SEGMENT`` says the same; a SEGMENT
+    that disagrees, or racks that do not divide the trays, stop the transcriber."""
+    seg = 0
+    for repo, sub in SUBS:
+        got = tr.nvlink_domain(sub)
+        if sub["gpu"] not in ("GB200", "GB300"):
+            assert got is None
+            continue
+        assert got[0] == 64
+        if "SEGMENT" in sub["env"]:
+            seg += 1
+            assert int(sub["env"]["SEGMENT"]) * 4 == got[0] and "SEGMENT=16" in got[1]
+    assert seg == 4
+    sub = copy.deepcopy(next(s for _, s in SUBS if "SEGMENT" in s["env"]))
+    sub["env"]["SEGMENT"] = "8"
+    with pytest.raises(ValueError, match="SEGMENT=8"):
+        tr.nvlink_domain(sub)
+    sub["env"].pop("SEGMENT")
+    sub["system_json"]["system_name"] = "X (7x NVIDIA GB200 NVL72)"
+    with pytest.raises(ValueError, match="over 7 racks"):
+        tr.nvlink_domain(sub)
 
 
 def test_step_time_is_the_median_of_the_files_medians() -> None:

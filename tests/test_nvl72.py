@@ -63,11 +63,13 @@ def test_graph_routes_stay_on_nvlink_inside_the_rack():
     assert ("nvswitch", 0) not in across and path_bandwidth(g, across) == 400e9 / 8
 
 
-@pytest.mark.parametrize("n", [8, 64, 72])
-def test_allreduce_inside_a_domain_runs_at_the_nvlink5_bus_bandwidth(n):
+@pytest.mark.parametrize("per_rack, n", [(18, 8), (18, 64), (18, 72), (12, 12), (12, 48)])
+def test_allreduce_inside_a_domain_runs_at_the_nvlink5_bus_bandwidth(per_rack, n):
     """Ring all-reduce of S bytes over n GPUs of one NVL72 domain: 2(n-1)/n S / 900 GB/s
-    plus 2(n-1) switch traversals; its bus bandwidth tends to NVLink 5's 900 GB/s."""
-    cl = cluster_preset("gb200-nvl72", 18)
+    plus 2(n-1) switch traversals; its bus bandwidth tends to NVLink 5's 900 GB/s. Also in
+    racks of 12 trays (``gb200-nvl72:36x12``: 3 domains of 48 GPUs, where the fewest racks
+    would be 2 of 18)."""
+    cl = cluster_preset("gb200-nvl72", 36 if per_rack == 12 else 18, per_rack)
     g = build_graph(cl)
     env = simpy.Environment()
     net = FlowNetwork(env, g, route_fn=route)

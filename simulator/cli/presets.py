@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{g['hbm_gib']:.0f}", f"{g['hbm_tb_s']:.2f}",
                   f"{g['tdp_w']:.0f}" if g["tdp_w"] else "-"] for g in gpus]))
     print("\nClusters (use PRESET:NODES, e.g. dgx-h100:16; rack-scale presets count 4-GPU "
-          "trays, e.g. gb200-nvl72:64 = 256 GPUs in 4 racks)")
+          "trays, e.g. gb200-nvl72:64 = 256 GPUs in 4 racks, or PRESET:TRAYSxT for T trays "
+          "a rack, e.g. gb200-nvl72:256x16 = 1024 GPUs in 16 racks)")
     print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
     print("\nFrameworks (--framework NAME)")
     print(table(["name", "schedules", "zero", "runs", "precisions", "export", "stack"],

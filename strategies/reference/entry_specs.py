@@ -87,9 +87,12 @@ def entry_cluster(c: dict) -> tuple[Cluster, list[str]]:
     notes: list[str] = []
     tray = preset_unit_gpus(preset) if preset else 8
     if preset in RACK_PRESETS and n % tray == 0:
-        cl = cluster_preset(preset, n // tray)
-        notes.append(f"{preset}: {cl.describe_domain()} (trays spread evenly over racks; "
-                     f"the source's gpus_per_node={hw.get('gpus_per_node')} not used)")
+        per_rack = _stated_trays_per_rack(hw, tray)
+        cl = cluster_preset(preset, n // tray, per_rack)
+        how = "trays spread evenly over racks" if per_rack is None else \
+            f"the row's nvlink_domain_gpus={hw['nvlink_domain_gpus']}: {per_rack} trays a rack"
+        notes.append(f"{preset}: {cl.describe_domain()} ({how}; the source's "
+                     f"gpus_per_node={hw.get('gpus_per_node')} not used)")
         return cl, notes
     links = parse_inter_node(inter, per)
     if preset is not None and per == 8:
@@ -110,6 +113,20 @@ def entry_cluster(c: dict) -> tuple[Cluster, list[str]]:
     if base.get("intra_node_topology"):
         spec["intra_node_topology"] = base["intra_node_topology"]
     return cluster_from_mapping(spec), notes
+
+
+def _stated_trays_per_rack(hw: dict, tray: int) -> int | None:
+    """The trays per rack of a rack-scale row that states its NVLink domain
+    (``hardware.nvlink_domain_gpus``: the GPUs of a rack in the job, whole trays); None
+    where it states none (the fewest racks of equal tray counts)."""
+    domain = hw.get("nvlink_domain_gpus")
+    if domain is None:
+        return None
+    if isinstance(domain, bool) or not isinstance(domain, int) or domain < tray \
+            or domain % tray:
+        raise SpecError("hardware.nvlink_domain_gpus", domain,
+                        f"must be a whole number of {tray}-GPU trays")
+    return domain // tray
 
 
 #: words of a run's precision text that name torchao's rowwise recipe (``entry_dtype``)

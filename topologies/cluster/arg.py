@@ -1,5 +1,6 @@
-"""The ``--cluster`` argument: ``PRESET:NODES``, ``PRESET``, presets joined by ``+`` (a mixed
-cluster) or a YAML/JSON file.
+"""The ``--cluster`` argument: ``PRESET:NODES``, ``PRESET:TRAYSxT`` (a rack-scale preset in
+racks of ``T`` trays), ``PRESET``, presets joined by ``+`` (a mixed cluster) or a YAML/JSON
+file.
 
 >>> parse_cluster_arg("dgx-h100:4+dgx-a100:4").describe_gpus()
 '32 x H100-SXM5-80GB + 32 x A100-SXM4-80GB'
@@ -51,8 +52,9 @@ def mixed_cluster(text: str) -> Cluster:
 
 
 def parse_cluster_arg(text: str) -> Cluster:
-    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node), several of them joined by
-    ``+`` (a mixed cluster, :func:`mixed_cluster`) or a YAML file path."""
+    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET:TRAYSxT`` (a rack-scale preset's trays
+    in racks of ``T``: ``gb200-nvl72:256x16``), ``PRESET`` (one node), several of them joined
+    by ``+`` (a mixed cluster, :func:`mixed_cluster`) or a YAML file path."""
     text = str(text).strip()
     if "+" in text and not os.path.exists(text) and any(
             t.strip().endswith(CLUSTER_EXTS) for t in text.split("+")):
@@ -72,10 +74,23 @@ def parse_cluster_arg(text: str) -> Cluster:
         raise SpecError("cluster", text, ("is a folder" if os.path.isdir(text) else "is a file")
                         + ", not a cluster file: a cluster file's name ends with .yaml, .yml "
                         "or .json (or give PRESET:NODES)") from None
+    count, per = _count_and_trays_per_rack(text, name, nodes)
+    return cluster_preset(name, count, per)
+
+
+def _count_and_trays_per_rack(text: str, name: str, nodes: str) -> tuple[int, int | None]:
+    """``NODES`` (or ``TRAYS``), or ``TRAYSxT`` for a rack-scale preset: the count and the
+    trays per rack (None: the fewest racks)."""
+    count, sep, per = nodes.strip().lower().partition("x")
+    rack = name.strip().lower() in RACKS
     try:
-        n = parse_int_text("nodes", nodes)
+        if rack and sep:
+            return parse_int_text("nodes", count), parse_int_text("trays_per_rack", per)
+        return parse_int_text("nodes", nodes), None
     except SpecError:
-        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS for a rack-scale "
-                        "preset) with NODES an integer, e.g. dgx-a100:128, or a .yaml file"
-                        ) from None
-    return cluster_preset(name, n)
+        if sep and not rack and count.strip().isdigit() and per.strip().isdigit():
+            raise SpecError("cluster", text, f"NODESxT (trays per rack) needs a rack-scale "
+                            f"preset ({', '.join(RACKS)}); give PRESET:NODES") from None
+        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS or PRESET:TRAYSxT, "
+                        "T trays per rack, for a rack-scale preset) with NODES an integer, "
+                        "e.g. dgx-a100:128, gb200-nvl72:256x16, or a .yaml file") from None

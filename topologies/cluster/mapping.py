@@ -19,16 +19,17 @@ from topologies.faults import faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping
 from topologies.planes import check_planes
 from topologies.yaml_io import load_mapping_file
-from topologies.limits import (MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, MAX_GPUS, MAX_LATENCY_S,
-                               MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
-                               check_number)
+from topologies.limits import (MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, MAX_GPUS,
+                               MAX_GPUS_PER_NODE, MAX_LATENCY_S, MAX_NODES,
+                               MAX_OVERSUBSCRIPTION, check_int, check_name, check_number)
 
 #: the keys a cluster file may hold
 CLUSTER_KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps",
                 "intra_node_latency_us", "intra_node_topology", "nics_per_node",
                 "inter_node_gbps", "inter_node_latency_us", "oversubscription",
                 "inter_node_topology", "node_groups", "preset", "nodes_per_leaf", "faults",
-                "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus", "network"}
+                "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus", "network",
+                "trays_per_rack"}
 _GROUP_KEYS = {"gpu", "nodes", "intra_node_GBps", "inter_node_gbps"}
 
 
@@ -92,11 +93,41 @@ def _with_preset(d: Mapping[str, Any]) -> dict[str, Any]:
         base.pop("inter_node_topology", None)
     elif "inter_node_topology" in d:
         base.pop("network", None)
-    merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
+    merged = {**base, **{k: v for k, v in d.items() if k not in ("preset", "trays_per_rack")}}
     if "node_groups" in d:
         merged.pop("gpu", None)
         merged.pop("nodes", None)
+    if "trays_per_rack" in d:
+        _apply_trays_per_rack(d, base, merged)
     return merged
+
+
+def _apply_trays_per_rack(d: Mapping[str, Any], base: Mapping[str, Any],
+                          merged: dict[str, Any]) -> None:
+    """``trays_per_rack: T``: a node (one NVLink domain) of T trays of ``gpus_per_tray`` GPUs,
+    at most ``nvlink_domain_gpus``; ``gpus_per_node`` becomes T x ``gpus_per_tray`` and, where
+    the file gives no ``nics_per_node``, the preset's NICs per GPU times that."""
+    t = d["trays_per_rack"]
+    tray = merged.get("gpus_per_tray")
+    if tray is None:
+        raise SpecError("trays_per_rack", t, "needs gpus_per_tray (give preset: gb200-nvl72, "
+                        "or gpus_per_tray:)")
+    check_int("gpus_per_tray", tray, hi=MAX_GPUS_PER_NODE)
+    check_int("trays_per_rack", t, hi=MAX_GPUS_PER_NODE // tray)
+    domain = merged.get("nvlink_domain_gpus")
+    if domain is not None:
+        check_int("nvlink_domain_gpus", domain, hi=MAX_GPUS_PER_NODE)
+        if t * tray > domain:
+            raise SpecError("trays_per_rack", t, f"must be at most {domain // tray}: an NVLink "
+                            f"domain of nvlink_domain_gpus={domain} holds {domain // tray} "
+                            f"trays of gpus_per_tray={tray} GPUs")
+    if "gpus_per_node" in d and d["gpus_per_node"] != t * tray:
+        raise SpecError("trays_per_rack", t, f"gives gpus_per_node={t * tray} ({t} trays of "
+                        f"{tray} GPUs) but the file says gpus_per_node={d['gpus_per_node']}; "
+                        "give one of them")
+    merged["gpus_per_node"] = t * tray
+    if "nics_per_node" not in d and "nics_per_node" in base:
+        merged["nics_per_node"] = base["nics_per_node"] * t * tray // base["gpus_per_node"]
 
 
 def _file_numbers(merged: Mapping[str, Any]) -> dict[str, float]:

@@ -5,6 +5,10 @@ built from these rows in ``topologies.cluster.presets``.
 
 >>> preset_unit_gpus("dgx-h100"), preset_unit_gpus("gb200-nvl72")
 (8, 4)
+>>> default_trays_per_rack("gb200-nvl72", 64), default_trays_per_rack("gb200-nvl72", 256)
+(16, None)
+>>> rack_preset_name("gb200-nvl72", 64, 16), rack_preset_name("gb200-nvl72", 256, 16)
+('gb200-nvl72:64', 'gb200-nvl72:256x16')
 """
 from __future__ import annotations
 
@@ -40,7 +44,8 @@ NODE_PRESETS.update({
 })
 # Rack-scale NVLink domains: name -> (gpu, GPUs per tray, trays per rack, NVLink GB/s per GPU
 # per direction, NIC Gb/s (one NIC per GPU), doc). PRESET:N counts trays; the racks hold equal
-# tray counts (64 trays = 4 racks of 16 trays = 4 NVLink domains of 64 GPUs).
+# tray counts (64 trays = 4 racks of 16 trays = 4 NVLink domains of 64 GPUs), the fewest racks
+# by default (``default_trays_per_rack``) or T trays each for PRESET:NxT.
 RACKS: dict[str, tuple[str, int, int, float, float, str]] = {
     "gb200-nvl72": ("GB200", 4, 18, 900, 400,
                     "NVL72 racks: 18 trays x 4 GB200 GPUs, one NVLink 5 domain of 72 GPUs "
@@ -93,3 +98,22 @@ def preset_unit_gpus(name: str) -> int:
     if key not in NODE_PRESETS:
         raise SpecError("cluster", name, f"unknown preset; known: {', '.join(preset_names())}")
     return NODE_PRESETS[key][1]
+
+
+def default_trays_per_rack(name: str, trays: int) -> int | None:
+    """Trays per rack when ``trays`` trays of rack-scale preset ``name`` fill the fewest racks
+    (``ceil(trays / trays-per-rack)``) with equal tray counts; None where those racks cannot
+    hold equal counts (256 trays over 15 racks)."""
+    per_rack = RACKS[str(name).strip().lower()][2]
+    racks = -(-trays // per_rack)
+    return None if trays % racks else trays // racks
+
+
+def rack_preset_name(name: str, trays: int, trays_per_rack: int) -> str:
+    """The ``--cluster`` text of ``trays`` trays of rack-scale preset ``name`` in racks of
+    ``trays_per_rack``: ``PRESET:N`` where the default split gives those racks, else
+    ``PRESET:NxT``."""
+    key = str(name).strip().lower()
+    if default_trays_per_rack(key, trays) == trays_per_rack:
+        return f"{key}:{trays}"
+    return f"{key}:{trays}x{trays_per_rack}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from topologies.cluster.network import (INTER_TOPOLOGIES, INTRA_TOPOLOGIES, RAIL_ONLY_INTRA,
                                         SWITCHED_TOPOLOGIES)
-from topologies.cluster.preset_table import RACK_PRESETS
+from topologies.cluster.preset_table import RACK_PRESETS, rack_preset_name
 from topologies.errors import SpecError
 from topologies.faults import Faults
 from topologies.gpus import GPU, gpu_to_mapping
@@ -292,14 +292,16 @@ class Cluster:
 
     def with_nodes(self, num_nodes: int) -> "Cluster":
         """The same cluster with ``num_nodes`` nodes (NVLink domains); a rack-scale preset's
-        name counts trays, as ``PRESET:TRAYS`` does."""
+        name counts trays, as ``PRESET:TRAYS`` does (``PRESET:TRAYSxT`` where the fewest racks
+        would hold another count)."""
         check_int("nodes", num_nodes, hi=MAX_NODES)
         if len(self.groups) != 1:
             raise SpecError("nodes", num_nodes, "cannot resize a heterogeneous cluster; edit its YAML")
-        count = num_nodes * self.gpus_per_node // self.gpus_per_host \
-            if self.source in RACK_PRESETS else num_nodes
-        return replace(self, groups=(replace(self.groups[0], num_nodes=num_nodes),),
-                       name=f"{self.name.split(':')[0]}:{count}")
+        name = f"{self.name.split(':')[0]}:{num_nodes}"
+        if self.source in RACK_PRESETS:
+            per_rack = self.gpus_per_node // self.gpus_per_host
+            name = rack_preset_name(self.source, num_nodes * per_rack, per_rack)
+        return replace(self, groups=(replace(self.groups[0], num_nodes=num_nodes),), name=name)
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML-file form (file units), for JSON output and round trips."""
