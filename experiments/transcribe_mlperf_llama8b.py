@@ -24,7 +24,6 @@ repository's ``unidentified``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -152,9 +151,11 @@ def identify(repo: str, files: list[str], submitter: str, system: str, n: int, p
         said = ", ".join(f"{s['impl']}/{s['config']}" + "".join(
             f" with {f} of {o}" for f, o in s["borrowed"].items()) for s in ok)
         if len({signature(s) for s in ok}) > 1:
-            return None, f"{how}: {len(ok)} readings fit ({said}) with different plans or precisions"
+            return None, (f"{how}: {len(ok)} readings fit ({said}) with different plans or "
+                          "precisions")
         if len(ok) > 1:
-            how += f"; {len(ok)} readings fit and give one plan and precision ({said}), the first kept"
+            how += (f"; {len(ok)} readings fit and give one plan and precision ({said}), the "
+                    "first kept")
         return ok[0], how
 
     for d in own:
@@ -205,14 +206,8 @@ def read_sources(mirrors: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": BENCH, "repos": []}
     for name, repo in zip(REPOS, mirrors):
         files = git(repo, "ls-tree", "-r", "--name-only", "HEAD").split()
-        results: dict[tuple[str, str], list[str]] = {}
-        for f in files:
-            parts = f.split("/")
-            if len(parts) == 5 and parts[1] == "results" and parts[3] == BENCH \
-                    and re.fullmatch(r"result_\d+\.txt", parts[4]):
-                results.setdefault((parts[0], parts[2]), []).append(f)
         subs, unknown, other = [], [], []
-        for (submitter, system), logs in sorted(results.items()):
+        for (submitter, system), logs in sorted(mlperf_log.result_files(files, BENCH).items()):
             sysj = json.loads(git(repo, "show", f"HEAD:{submitter}/systems/{system}.json"))
             gpu = next((g for w, g in GPUS if w in sysj.get("accelerator_model_name", "")), None)
             if gpu is None:
@@ -285,23 +280,9 @@ def transcribe(src: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sources", nargs="+", help="results mirrors, in REPOS order")
-    ap.add_argument("--save-inputs", help="write the read inputs here")
-    ap.add_argument("--out", default=os.path.join(ROOT, OUT))
-    a = ap.parse_args(argv)
-    if a.sources:
-        src = read_sources(a.sources)
-        if a.save_inputs:
-            with open(a.save_inputs, "w", encoding="utf-8") as fh:
-                json.dump(src, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-    else:
-        with open(os.path.join(ROOT, INPUTS), encoding="utf-8") as fh:
-            src = json.load(fh)
-    with open(a.out, "w", encoding="utf-8") as fh:
-        fh.write(tr.dump(transcribe(src)))
-    return 0
+    return mlperf_log.transcriber_main(
+        argv, __doc__.split("\n")[0], read_sources, lambda src: tr.dump(transcribe(src)),
+        os.path.join(ROOT, INPUTS), os.path.join(ROOT, OUT))
 
 
 if __name__ == "__main__":

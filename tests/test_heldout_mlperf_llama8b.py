@@ -145,3 +145,13 @@ def test_log_more_and_scale_out() -> None:
 @pytest.mark.skipif(not all(os.path.isdir(m) for m in MIRRORS), reason="no results mirror")
 def test_the_kept_inputs_are_the_source() -> None:
     assert tr.read_sources(MIRRORS) == INPUTS
+
+
+def test_result_files_groups_by_submitter_and_system() -> None:
+    """Only ``<submitter>/results/<system>/<benchmark>/result_N.txt`` counts."""
+    from experiments.mlperf_log import result_files
+    paths = ["A/results/s1/llama31_8b/result_0.txt", "A/results/s1/llama31_8b/result_1.txt",
+             "A/results/s1/llama31_405b/result_0.txt", "B/results/s2/llama31_8b/notes.txt",
+             "B/systems/s2.json", "B/results/s2/llama31_8b/result_9.txt"]
+    assert result_files(paths, "llama31_8b") == {
+        ("A", "s1"): paths[:2], ("B", "s2"): [paths[5]]}
