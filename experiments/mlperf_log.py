@@ -11,10 +11,12 @@ samples per second) is the benchmark's, so the caller converts it, with the sour
 """
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import statistics
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 MARK = ":::MLLOG "
 
@@ -64,6 +66,44 @@ def median_tracked(evs: list[dict[str, Any]], stat: str) -> float:
     if not got:
         raise ValueError(f"no tracked_stats event holds {stat!r}")
     return statistics.median(got)
+
+
+def result_files(paths: Iterable[str], benchmark: str) -> dict[tuple[str, str], list[str]]:
+    """A results repository's ``<submitter>/results/<system>/<benchmark>/result_N.txt`` files
+    (``paths``: its tree, ``git ls-tree -r --name-only``), by (submitter, system)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for f in paths:
+        parts = f.split("/")
+        if len(parts) == 5 and parts[1] == "results" and parts[3] == benchmark \
+                and re.fullmatch(r"result_\d+\.txt", parts[4]):
+            out.setdefault((parts[0], parts[2]), []).append(f)
+    return out
+
+
+def transcriber_main(argv: list[str] | None, description: str,
+                     read_sources: Callable[[list[str]], dict[str, Any]],
+                     write_rows: Callable[[dict[str, Any]], str], inputs: str, out: str) -> int:
+    """The command line the MLPerf transcribers share: ``--sources MIRROR...`` re-reads the
+    results mirrors with ``read_sources`` (and ``--save-inputs FILE`` keeps what it read),
+    else the kept ``inputs`` file is loaded; ``write_rows`` of them goes to ``--out`` (default
+    ``out``)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--sources", nargs="+", help="results mirrors, in the transcriber's order")
+    ap.add_argument("--save-inputs", help="write the read inputs here")
+    ap.add_argument("--out", default=out)
+    a = ap.parse_args(argv)
+    if a.sources:
+        src = read_sources(a.sources)
+        if a.save_inputs:
+            with open(a.save_inputs, "w", encoding="utf-8") as fh:
+                json.dump(src, fh, indent=1, sort_keys=True)
+                fh.write("\n")
+    else:
+        with open(inputs, encoding="utf-8") as fh:
+            src = json.load(fh)
+    with open(a.out, "w", encoding="utf-8") as fh:
+        fh.write(write_rows(src))
+    return 0
 
 
 def main(argv: list[str]) -> int:
