@@ -164,6 +164,7 @@ def _flushed(one: SimResult, k: int) -> SimResult:
     step = flushed_step_s(t1, opt, k)
     scale = k * t1 / step if step > 0 else 0.0
     m["breakdown_s"] = flushed_breakdown(m["breakdown_s"], k)
+    m["breakdown_s_by_stage"] = [flushed_breakdown(b, k) for b in m["breakdown_s_by_stage"]]
     m.update({"step_time_s": step, "exposed_comm_s": k * m["exposed_comm_s"],
               "overlapped_comm_s": k * m["overlapped_comm_s"],
               "bubble_fraction_by_stage": [b * scale for b in m["bubble_fraction_by_stage"]],
@@ -189,11 +190,12 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     first_of_stage: dict[int, int] = {}
     for r in sorted(programs):
         first_of_stage.setdefault(programs[r].stage, r)
-    bubbles, idle, peaks, memory = [], [], [], {}
+    bubbles, idle, peaks, memory, by_stage = [], [], [], {}, []
     parts: dict[int, tuple] = {}       # rank -> its rank_breakdown (the critical rank's reused)
     for stage in range(job.plan.pp):
         rank = first_of_stage[stage]
         part, _ = parts[rank] = rank_breakdown(by_rank[rank], step)
+        by_stage.append(part)
         bubbles.append(float(bubble_share(part["bubble"], step)))
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
@@ -201,6 +203,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     figures = {
         "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
         "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
+        "breakdown_s_by_stage": by_stage,
         "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
         **stage_bubbles(bubbles), "idle_fraction_by_stage": idle}
     if figures_only:
@@ -274,6 +277,8 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "max_stage_bubble_fraction": m["max_stage_bubble_fraction"],
         "bubble_fraction_by_stage": m["bubble_fraction_by_stage"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},
+        "breakdown_s_by_stage": [{k: float(b[k]) for k in BREAKDOWN_KEYS}
+                                 for b in m["breakdown_s_by_stage"]],
         "simulated": True, "exposed_comm_s": m["exposed_comm_s"],
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,

@@ -29,7 +29,8 @@ def fold_job(plan: str, cluster: str = "h800x4", framework: str | None = None,
                     framework=framework)
 
 FIGURES = ("step_time_s", "engine_end_s", "breakdown_s", "exposed_comm_s", "overlapped_comm_s",
-           "bubble_fraction", "bubble_fraction_by_stage", "idle_fraction_by_stage",
+           "bubble_fraction", "bubble_fraction_by_stage", "breakdown_s_by_stage",
+           "idle_fraction_by_stage",
            "critical_rank", "peak_activation_bytes")
 
 

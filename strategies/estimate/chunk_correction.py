@@ -81,6 +81,22 @@ def chunk_passes(job: Job, rank: int) -> list[int]:
     return [sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2)]
 
 
+def chunk_shares(job: Job, rank: int) -> list[float]:
+    """Each of ``rank``'s chunks' share of the step's micro-batches (``chunk_passes`` over
+    ``num_microbatches``): 1, but 1/2 for each of DualPipe's two copies. A rank's busy
+    seconds per micro-batch are its chunks' at these shares."""
+    m = job.num_microbatches
+    return [n / m for n in chunk_passes(job, rank)]
+
+
+def rank_seconds(shares: list[list[float]], times: list[list[tuple[Any, Any, Any]]]
+                 ) -> list[Any]:
+    """Each rank's busy seconds (``F + B``) per micro-batch of the step: its chunks'
+    (``chunk_times``), each at its share of the micro-batches (``shares``: ``chunk_shares``
+    of each rank)."""
+    return [sum(k * (f + b) for k, (f, b, _) in zip(ks, row)) for ks, row in zip(shares, times)]
+
+
 def rank_offloads(job: Job, records: list[list[tuple[Any, list, bool, bool]]]) -> list[Any]:
     """Each rank's exposed activation-offload seconds per step over its chunks
     (``chunk_records``): each chunk's ``stage_passes.offload_seconds`` times the
@@ -94,7 +110,10 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     """A pipeline whose chunks differ (a layout with uneven chunks, interleaved or not; dense
     and MoE layers; multi-token prediction): ``per_stage``'s correction with the makespans
     of the free-communication simulation over each rank's chunks (``chunk_times``: the
-    even split's mean layers against the layers each chunk holds). ``costs``: the estimate's
+    even split's mean layers against the layers each chunk holds) and the busiest rank's busy
+    time, each chunk's at the micro-batches the order runs through it (``rank_seconds`` at
+    ``chunk_shares``: DualPipe's copies ``m/2`` each, docs/calibration.md §5.222); that
+    rank's layers per micro-batch scale ``tp_comm``/``cp_comm``. ``costs``: the estimate's
     ``StageCostMemo``."""
     from strategies.schedules.analysis import simulate_free_comm
     costs = costs or StageCostMemo(job)
@@ -112,14 +131,16 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
                 chunk_times=times, combined=bool(p.ep_overlap), pair_seconds=pairs))
         return hit[1]
 
+    shares = [chunk_shares(job, rank) for rank in range(p.pp)]
+
+    def ranks(times) -> list[float]:
+        return rank_seconds(shares, times)
+
     def makespan(times) -> tuple[float, float]:
-        return span(times), m * max(sum(f + b for f, b, _ in row) for row in times)
+        return span(times), m * max(ranks(times))
 
     held_by = chunk_records(job, None, costs)          # the real chunks
     even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
-
-    def ranks(times) -> list[float]:
-        return [sum(f + b for f, b, _ in row) for row in times]
     shift, held = a2a_shift(job, r, even, real, span, costs)
     # the busiest real rank's own exposed offload copies: the breakdown's entry
     off = busiest(ranks(real), rank_offloads(job, held_by))
@@ -129,8 +150,7 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
                           offload=off)
     # the busiest real rank's layers run the layers' own communication (``r``'s is the even
     # rank's num_layers/pp); the rest of the order's shift is bubble
-    scale = 1.0 if held is None or get_schedule(p.schedule).mirrored \
-        else held / (job.model.num_layers / p.pp)
+    scale = 1.0 if held is None else held / (job.model.num_layers / p.pp)
     return corrected(job, r, makespan(even), makespan(real),
                       messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale,
                       off)
@@ -138,8 +158,9 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
                costs: StageCostMemo | None = None) -> tuple[float, float | None]:
-    """(Seconds, the busiest real rank's layers or None where 0): the seconds the exposed
-    expert all-to-all changes by when an overlapped-pair schedule
+    """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
+    ``chunk_shares``, or None where 0): the seconds the exposed expert all-to-all changes by
+    when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
     step's exposed communication (a forward or backward alone: its layers' dispatch and
@@ -189,7 +210,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     times, layers = [], []
     for rk, row in enumerate(real):
         out = []
-        layers.append(sum(counts(rk, ch)[0] for ch in range(len(row))))
+        # the rank's layers per micro-batch of the step: each chunk's at its share of the
+        # micro-batches (``chunk_shares``: half each of DualPipe's copies)
+        layers.append(sum(k * counts(rk, ch)[0] for ch, k in
+                          zip(range(len(row)), chunk_shares(job, rk))))
         for ch, (f, b, w) in enumerate(row):
             n, e = counts(rk, ch)
             o = n * other / 2
@@ -202,7 +226,8 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
-    busiest = max(range(len(real)), key=lambda k: sum(f + b for f, b, _ in real[k]))
+    busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
+    busiest = max(range(len(real)), key=busy.__getitem__)
     return span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest]
 
 
