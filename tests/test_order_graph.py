@@ -21,13 +21,10 @@ def _reference(sched, pp, m, vpp, group=None, combined=False):
     for r in range(pp):
         steps = (combined_steps(sched.name, r, pp, m, vpp, group) if combined
                  else sched.steps(r, pp, m, vpp, group))
-        groups, cur = [], []
-        for s in steps:
-            cur.append(s)
-            if not s.overlap:
-                groups.append(cur)
-                cur = []
-        progs.append(groups + ([cur] if cur else []))
+        cuts = [0] + [k + 1 for k, s in enumerate(steps) if not s.overlap]
+        if cuts[-1] < len(steps):                 # a trailing linked run is a group too
+            cuts.append(len(steps))
+        progs.append([steps[a:b] for a, b in zip(cuts, cuts[1:])])
     last = sched.num_virtual_stages(pp, vpp) - 1
 
     def dep(s, pos):
