@@ -29,15 +29,12 @@ def order_graph(sched: Any, pp: int, m: int, vpp: int, group_size: int | None,
     ``r`` runs the steps ``columns[r]`` (``step.step_columns``). Raises ``RuntimeError`` on
     deadlock (a step waits for a step no rank runs, or the ranks wait in a cycle)."""
     counts = np.array([len(c[0]) for c in columns], dtype=np.int64)
-    kind, micro, chunk, overlap = (np.concatenate([np.asarray(c[j]) for c in columns])
-                                   if len(columns) else np.zeros(0, dtype=np.int64)
-                                   for j in range(4))
-    kind = kind.astype(np.int64)
-    micro = micro.astype(np.int64)
-    chunk = chunk.astype(np.int64)
+    kind, micro, chunk = (np.concatenate([np.asarray(c[j]) for c in columns]).astype(np.int64)
+                          for j in range(3))
+    overlap = np.concatenate([np.asarray(c[3]) for c in columns]).astype(bool)
     srank = np.repeat(np.arange(pp, dtype=np.int64), counts)
     # an event ends at a step not linked to the next, or at its rank's last step
-    ends_group = ~overlap.astype(bool)
+    ends_group = ~overlap
     ends_group[np.cumsum(counts)[counts > 0] - 1] = True
     ev = np.concatenate(([0], np.cumsum(ends_group)[:-1])).astype(np.int64)
     n = int(ends_group.sum())
@@ -78,8 +75,8 @@ def _producers(kind: np.ndarray, micro: np.ndarray, pos: np.ndarray, last: int,
                ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(producer, has_dep)`` of each step: the event that runs the step it waits for (the
     last such event, rank by rank; -1 where none runs it), and whether it waits at all
-    (a forward at position 0 does not). A step of a group that waits for a step of its own
-    group's earlier steps has no dependency."""
+    (a forward at position 0 does not; nor a step of a group waiting for one of the steps
+    before it in the group)."""
     dk = np.where(kind == _W, _B, np.where((kind == _B) & (pos == last), _F, kind))
     dp = np.where(kind == _W, pos, np.where(kind == _F, pos - 1,
                                             np.where(pos == last, pos, pos + 1)))
@@ -103,9 +100,9 @@ def _producers(kind: np.ndarray, micro: np.ndarray, pos: np.ndarray, last: int,
 def _levels(preds: list, off: list, pp: int, name: str, m: int, vpp: int,
             group_size: int | None) -> list:
     """Each event's level (one more than its predecessors' largest; ``preds``: rows padded
-    with -2, -1 a step no rank runs), walking each rank in its
-    order as far as its predecessors have levels (a rank stopped on an event resumes once
-    that event has one). Raises ``RuntimeError`` when ranks are left stuck."""
+    with -2, -1 a step no rank runs), walking each rank in its order as far as its
+    predecessors have levels (a rank stopped on an event resumes once that event has one).
+    Raises ``RuntimeError`` when ranks are left stuck."""
     level = [-1] * (off[-1] + 1)
     waiting: dict[int, list] = {}
     at = off[:-1]
