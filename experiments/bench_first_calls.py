@@ -3,13 +3,17 @@ process (so a first call pays for what a process builds once): the search space 
 405B on 64 DGX H100 (gbs 2048; its interleaved orders' per-chunk stash moments), its first
 and second enumeration; the ``--schedules all`` spaces of GPT-3 175B on dgx-a100:128 fixed
 to ZB-H2, ZB-V and DualPipeV (tests/test_order_span.py's enumeration, whose ZeRO-2 rule
-estimates each ZeRO-2 plan's ZeRO-1 twin); and one scalar ``estimate`` of three jobs (the
-mean of 5 calls after the first). With ``--tree DIR`` (an earlier checkout, e.g.
+estimates each ZeRO-2 plan's ZeRO-1 twin); one scalar ``estimate`` of three jobs (the
+mean of 5 calls after the first); and the order build alone (``order-build``): the
+free-communication orders (``analysis.free_comm_order``) of six long pipelines (interleaved
+pp 8 vpp 5 m 64; ZB-V, DualPipeV and ZB-H2 at pp 8 m 256; DualPipe pp 16 m 256; 1F1B pp 16
+m 512), then every rank's stash frontier of each. With ``--tree DIR`` (an earlier checkout, e.g.
 ``git archive main``) each case runs alternately in both trees; best of ``--repeat``, with
 the 1-minute load before each run. Not a test: figures depend on the host.
 
     python experiments/bench_first_calls.py --repeat 3
     python experiments/bench_first_calls.py --tree /tmp/before --repeat 3 --cases enumerate-405b
+    python experiments/bench_first_calls.py --tree /tmp/before --repeat 3 --cases order-build
 """
 from __future__ import annotations
 
@@ -43,6 +47,22 @@ t0 = time.process_time()
 for s in ("zb-h2", "zb-v", "dualpipev"):
     enumerate_space(m, cl, 1536, SpaceOptions(schedules="all", fixed={"schedule": s}))
 out = {"three_spaces_s": time.process_time() - t0}
+""",
+    "order-build": """
+from strategies.schedules.registry import get_schedule
+from strategies.schedules.analysis import free_comm_order
+shapes = [("interleaved", 8, 64, 5), ("zb-v", 8, 256, 2), ("dualpipev", 8, 256, 2),
+          ("dualpipe", 16, 256, 1), ("zb-h2", 8, 256, 1), ("1f1b", 16, 512, 1)]
+out = {}
+t0 = time.process_time()
+for name, pp, m, vpp in shapes:
+    free_comm_order(get_schedule(name), pp, m, vpp)
+out["orders_s"] = time.process_time() - t0
+t0 = time.process_time()
+for name, pp, m, vpp in shapes:
+    for r in range(pp):
+        get_schedule(name).stash_frontier(r, pp, m, vpp)
+out["frontiers_s"] = time.process_time() - t0
 """,
     "estimate": """
 from strategies.presets import model_preset

@@ -11,8 +11,9 @@ from strategies.errors import SpecError
 from strategies.schedules.base import Schedule
 from strategies.schedules.registry import get_schedule
 from strategies.schedules.stash import peak_pending_w, peak_stash
-from strategies.schedules.step import Step
 from strategies.schedules.combined import combined_steps
+from strategies.schedules.order_graph import order_graph
+from strategies.schedules.step import step_columns
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
            "RankSpan", "simulate_free_comm", "event_seconds", "free_comm_order",
@@ -30,18 +31,6 @@ def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
     return float(sched.bubble_fraction(pp, m, vpp, w_share))
 
 
-def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
-    """Keys ``(kind, microbatch, position)`` that ``step`` waits on (free comm)."""
-    i = step.microbatch
-    if step.kind == "W":
-        return [("B", i, pos)]
-    if step.kind == "F":
-        return [("F", i, pos - 1)] if pos > 0 else []
-    if pos == last:
-        return [("F", i, pos)]
-    return [("B", i, pos + 1)]
-
-
 @dataclass(frozen=True)
 class RankSpan:
     """One rank's run with free communication: first step's start, last step's end and the
@@ -55,20 +44,6 @@ class RankSpan:
     def bubble(self) -> float:
         """Idle seconds between the rank's first start and its last end."""
         return self.end - self.start - self.busy
-
-
-def _groups(prog: list[Step]) -> list[list[Step]]:
-    """Consecutive steps linked by ``Step.overlap`` as groups (one step alone otherwise)."""
-    out: list[list[Step]] = []
-    cur: list[Step] = []
-    for step in prog:
-        cur.append(step)
-        if not step.overlap:
-            out.append(cur)
-            cur = []
-    if cur:
-        out.append(cur)
-    return out
 
 
 def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
@@ -177,96 +152,16 @@ class FreeCommOrder:
 def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
                     group_size: int | None = None, combined: bool = False) -> FreeCommOrder:
     """``sched``'s order on ``pp`` ranks and ``m`` micro-batches as a ``FreeCommOrder``: each
-    event waits for its rank's previous one and for ``_deps`` of its steps (the same pass at
-    the neighbouring position of the micro-batch's path; a group for all its members'
-    outside dependencies). The order depends on the schedule alone, not on the seconds, so
+    event waits for its rank's previous one and for the steps its steps wait for (the same pass
+    at the neighbouring position of the micro-batch's path; a group for all its members'
+    outside dependencies), built as arrays (``order_graph``). The order depends on the schedule alone, not on the seconds, so
     one order serves every plan of the same ``(schedule, pp, m, vpp, group_size)``
     (``replay_free_comm``, ``free_comm_makespans``); ``combined``: Megatron-Core's combined
     1F1B order of the schedule (``combined.combined_steps``: one more warm-up forward, each
     steady forward paired with the backward after it). Raises ``RuntimeError`` on deadlock."""
-    programs = [_groups(combined_steps(sched.name, r, pp, m, vpp, group_size) if combined
-                        else sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
-    last = sched.num_virtual_stages(pp, vpp) - 1
-    off = [0]
-    for prog in programs:
-        off.append(off[-1] + len(prog))
-    n = off[-1]
-    producer: dict[tuple[str, int, int], int] = {}
-    wants: list = [None] * n
-    sig_of: list = [0] * n
-    sigs: dict[tuple[int, Members], int] = {}
-    vstage_of = sched.virtual_stage
-    for r, prog in enumerate(programs):
-        for i, group in enumerate(prog):
-            e = off[r] + i
-            if len(group) == 1:            # (the common case, without the lists below)
-                st = group[0]
-                vstage = vstage_of(r, st.chunk, pp, vpp, st.microbatch)
-                producer[(st.kind, st.microbatch, vstage)] = e
-                wants[e] = _deps(st, vstage, last)
-                sig_of[e] = sigs.setdefault((r, ((st.kind, st.chunk),)), len(sigs))
-                continue
-            keys, deps = [], []
-            for step in group:
-                vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
-                deps += [d for d in _deps(step, vstage, last) if d not in keys]
-                keys.append((step.kind, step.microbatch, vstage))
-            for key in keys:
-                producer[key] = e
-            wants[e] = deps
-            sig_of[e] = sigs.setdefault((r, tuple((st.kind, st.chunk) for st in group)),
-                                        len(sigs))
-    # each rank in its order, an event once its predecessors have a level (the original
-    # free-communication run, without the seconds)
-    level = [0] * n
-    preds: list = [None] * n
-    done = [False] * n
-    waiting: dict[int, list] = {}
-    pos = off[:-1]
-    ready = list(range(pp))
-    while ready:
-        r = ready.pop()
-        while pos[r] < off[r + 1]:
-            e = pos[r]
-            ps = [e - 1] if e > off[r] else []
-            for d in wants[e]:
-                q = producer.get(d, -1)
-                if q not in ps and q != e:
-                    ps.append(q)
-            late, top = None, -1
-            for q in ps:
-                if q < 0 or not done[q]:
-                    late = q
-                    break
-                if level[q] > top:
-                    top = level[q]
-            if late is not None:
-                if late >= 0:
-                    waiting.setdefault(late, []).append(r)
-                break
-            level[e] = top + 1
-            preds[e] = ps
-            done[e] = True
-            pos[r] += 1
-            if e in waiting:
-                ready.extend(waiting.pop(e))
-    stuck = [r for r in range(pp) if pos[r] < off[r + 1]]
-    if stuck:
-        raise RuntimeError(f"schedule {sched.name!r} deadlocks on ranks {stuck} "
-                           f"(pp={pp}, m={m}, vpp={vpp}, group_size={group_size})")
-    rank = np.repeat(np.arange(pp), np.diff(off))
-    lv = np.array(level, dtype=np.int64)
-    order = np.lexsort((rank, lv))
-    where = np.empty(n + 1, dtype=np.int64)
-    where[order], where[n] = np.arange(n), n
-    width = max([1] + [len(p) for p in preds])
-    mat = np.full((n, width), n, dtype=np.int64)
-    for e, ps in enumerate(preds):
-        mat[e, :len(ps)] = ps
-    lv = lv[order]
-    bounds = tuple(np.flatnonzero(np.r_[True, lv[1:] != lv[:-1]]).tolist()) + (n,)
-    return FreeCommOrder(rank[order], np.array(sig_of, dtype=np.int64)[order], tuple(sigs),
-                         where[mat[order]], bounds)
+    columns = [step_columns(combined_steps(sched.name, r, pp, m, vpp, group_size)) if combined
+               else sched.order_columns(r, pp, m, vpp, group_size) for r in range(pp)]
+    return FreeCommOrder(*order_graph(sched, pp, m, vpp, group_size, columns))
 
 
 #: ``replay_free_comm``'s answers, kept by the order's id (the order held, so its id stays its

@@ -22,87 +22,59 @@ under the other's. A backward not said to be queued is whole: its ``W`` follows 
 """
 from __future__ import annotations
 
-from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from strategies.schedules.step import make_step
-from strategies.schedules.step import Step
+from strategies.schedules.step import running_counts
 
-#: ``(kind, phase, k)`` -> the step of the ``k``-th pass of that kind in that phase
-Emit = Callable[[str, int, int], Step]
+#: tokens of ``dual_columns``: a forward, a whole backward (its ``W`` follows), a backward
+#: whose ``W`` is queued, the oldest queued ``W``; ``token·4 + phase·2 + overlapped``
+_F, _BW, _BQ, _WQ = 0, 1, 2, 3
 
 
-def dual_order(n: int, h: int, num_per_phase: int, turning: bool, emit: Emit) -> list[Step]:
+def _tok(kind: int, ph: int, overlap: bool = False) -> int:
+    return kind * 4 + ph * 2 + int(overlap)
+
+
+def dual_columns(n: int, h: int, num_per_phase: int, turning: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The eight steps above for a rank ``h`` from its end among ``n`` per half, with
-    ``num_per_phase`` micro-batches per phase; ``turning``: the rank where the two halves
-    meet (no overlap on its first main-step pair)."""
-    out: list[Step] = []
-    cnt = {(k, ph): 0 for k in "FB" for ph in (0, 1)}
-    queued: deque[Step] = deque()
-
-    def step(kind: str, ph: int, overlap: bool = False) -> Step:
-        s = emit(kind, ph, cnt[kind, ph])
-        cnt[kind, ph] += 1
-        return make_step(s.kind, s.microbatch, s.chunk, True) if overlap else s
-
-    def forward(ph: int, overlap: bool = False) -> None:
-        out.append(step("F", ph, overlap))
-
-    def backward(ph: int, split: bool, overlap: bool = False) -> None:
-        b = step("B", ph, overlap)
-        w = make_step("W", b.microbatch, b.chunk, False)
-        out.append(b)
-        if split:
-            queued.append(w)
-        else:
-            out.append(w)
-
-    def weight() -> None:
-        if not queued:
-            raise AssertionError("dual_order: W popped from an empty queue")
-        out.append(queued.popleft())
-
-    def pair(f_ph: int, b_ph: int) -> None:
-        forward(f_ph, overlap=True)
-        backward(b_ph, split=False, overlap=True)
-
-    for _ in range(2 * (n - h - 1)):                          # 1
-        forward(0)
-    for _ in range(h + 1):                                    # 2
-        forward(0)
-        forward(1)
-    for _ in range(n - h - 1):                                # 3
-        backward(1, split=True)
-        weight()
-        forward(1)
-    for i in range(num_per_phase - 2 * n + h + 1):            # 4
-        if i == 0 and turning:
-            forward(0)
-            backward(1, split=False)
-        else:
-            pair(0, 1)
-        pair(1, 0)
-    for _ in range(n - h - 1):                                # 5
-        backward(1, split=False)
-        pair(1, 0)
-    split = False
-    for i in range(h + 1):                                    # 6
-        if i == (h + 1) // 2 and h % 2 == 1:
-            split = True
-        backward(1, split)
-        if i == (h + 1) // 2 and h % 2 == 0:
-            split = True
-        backward(0, split)
-    for _ in range(n - h - 1):                                # 7
-        weight()
-        backward(0, split=True)
-    for _ in range(h + 1):                                    # 8
-        weight()
-    if queued:
-        raise AssertionError("dual_order: weight gradients left queued")
-    return out
+    ``num_per_phase`` micro-batches per phase, as columns ``(kind, phase, k, overlap)``:
+    ``kind`` the index in ``step.STEP_KINDS``, ``k`` the pass's index among its phase's
+    passes of its kind (a ``W`` its ``B``'s), ``overlap`` ``Step.overlap``; ``turning``: the
+    rank where the two halves meet (no overlap on its first main-step pair). A schedule
+    names each ``(phase, k)``'s micro-batch and chunk."""
+    f0, f1 = _tok(_F, 0), _tok(_F, 1)
+    pair = [_tok(_F, 0, True), _tok(_BW, 1, True), _tok(_F, 1, True), _tok(_BW, 0, True)]
+    main = max(num_per_phase - 2 * n + h + 1, 0)
+    toks = [f0] * (2 * (n - h - 1)) + [f0, f1] * (h + 1)                      # 1, 2
+    toks += [_tok(_BQ, 1), _tok(_WQ, 0), f1] * (n - h - 1)                     # 3
+    if main:                                                                   # 4
+        toks += ([f0, _tok(_BW, 1)] + pair[2:] if turning else pair) + pair * (main - 1)
+    toks += [_tok(_BW, 1), pair[2], pair[3]] * (n - h - 1)                     # 5
+    half = (h + 1) // 2         # 6: W queued from the half-th B1 (h odd) or the B0 after it
+    for i in range(h + 1):
+        toks += [_tok(_BQ if i >= half + (h % 2 == 0) else _BW, 1),
+                 _tok(_BQ if i >= half else _BW, 0)]
+    toks += [_tok(_WQ, 0), _tok(_BQ, 0)] * (n - h - 1)                         # 7
+    toks += [_tok(_WQ, 0)] * (h + 1)                                           # 8
+    t = np.array(toks, dtype=np.int64)
+    kind, ph, ov = t // 4, t // 2 % 2, (t % 2).astype(bool)
+    passes = kind != _WQ
+    k = np.zeros(len(t), dtype=np.int64)
+    k[passes] = running_counts((kind[passes] > _F) * 2 + ph[passes])
+    # the j-th queued W is the j-th queued B's
+    queued, pops = np.flatnonzero(kind == _BQ), np.flatnonzero(kind == _WQ)
+    if len(queued) != len(pops) or np.any(pops < queued[:len(pops)]):
+        raise AssertionError("dual_columns: a W popped from an empty queue or left queued")
+    ph[pops], k[pops] = ph[queued], k[queued]
+    # a whole backward is two steps, its B (overlapped as given) and its W (not)
+    reps = np.where(kind == _BW, 2, 1)
+    at = np.repeat(np.arange(len(t)), reps)
+    second = np.r_[False, at[1:] == at[:-1]]
+    out_kind = np.where(kind[at] == _F, 0, np.where((kind[at] == _WQ) | second, 2, 1))
+    return out_kind.astype(np.int8), ph[at], k[at], ov[at] & ~second
 
 
 def span_excess(n: Any, f: Any, w: Any) -> Any:

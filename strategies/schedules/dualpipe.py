@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import Schedule
-from strategies.schedules.step import make_step
 from strategies.schedules.registry import get_schedule, register
-from strategies.schedules.step import Step, check_common
+from strategies.schedules.step import Step, check_common, steps_of_columns
 from strategies.schedules.validity import Rule, raise_first
-from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
+from strategies.schedules.dual import dual_columns, span_excess, worst_rank_bubble
 
 
 @register("dualpipe")
@@ -84,16 +83,20 @@ class DualPipe(Schedule):
         >>> " ".join(map(str, get_schedule("dualpipe").steps(0, 2, 4)))
         'F0.c0 F1.c1 F2.c0 B1.c1 W1.c1 F3.c1& B0.c0& W0.c0 B3.c1 W3.c1 B2.c0 W2.c0'
         """
+        return steps_of_columns(*self.order_columns(stage, pp, m, vpp, group_size))
+
+    def order_columns(self, stage: int, pp: int, m: int, vpp: int = 1,
+                      group_size: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The order of ``steps`` as ``step_columns``: ``dual.dual_columns`` with ``n = pp/2``
+        and ``h`` the rank's distance from its end; phase ``ph``'s ``k``-th pass runs
+        direction ``d = ph xor (stage >= pp/2)``: micro-batch ``2k + d`` on chunk ``d``."""
         check_common(stage, pp, m)
         raise_first(r for r in self.rules(pp, m, vpp, group_size) if r[0] != "schedule")
-        second = stage >= pp // 2
         h = min(stage, pp - 1 - stage)
-
-        def emit(kind: str, ph: int, k: int) -> Step:
-            d = ph ^ second
-            return make_step(kind, 2 * k + d, d, False)
-
-        return dual_order(pp // 2, h, m // 2, h == pp // 2 - 1, emit)
+        kind, ph, k, overlap = dual_columns(pp // 2, h, m // 2, h == pp // 2 - 1)
+        d = ph ^ int(stage >= pp // 2)
+        return kind, 2 * k + d, d, overlap
 
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """After the first of a rank's two copies completes its gradients (its last ``W``)

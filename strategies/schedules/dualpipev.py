@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.step import make_step
 from strategies.schedules.registry import get_schedule, register
-from strategies.schedules.step import Step, check_common
+from strategies.schedules.step import Step, check_common, steps_of_columns
 from strategies.schedules.validity import Rule, raise_first
-from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
+from strategies.schedules.dual import dual_columns, span_excess, worst_rank_bubble
 from strategies.schedules.vshape import VShape
 
 
@@ -55,10 +54,17 @@ class DualPipeV(VShape):
         >>> " ".join(map(str, get_schedule("dualpipev").steps(0, 1, 2, 2)))
         'F0.c0 F0.c1 F1.c0 B0.c1 W0.c1 F1.c1& B0.c0& W0.c0 B1.c1 W1.c1 B1.c0 W1.c0'
         """
+        return steps_of_columns(*self.order_columns(stage, pp, m, vpp, group_size))
+
+    def order_columns(self, stage: int, pp: int, m: int, vpp: int = 2,
+                      group_size: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The order of ``steps`` as ``step_columns``: ``dual.dual_columns`` with ``n = pp``,
+        ``h = stage``, phase ``c``'s ``k``-th pass micro-batch ``k`` of chunk ``c``."""
         check_common(stage, pp, m)
         raise_first(r for r in self.rules(pp, m, vpp) if r[0] != "schedule")
-        return dual_order(pp, stage, m, stage == pp - 1,
-                          lambda kind, ph, k: make_step(kind, k, ph, False))
+        kind, ph, k, overlap = dual_columns(pp, stage, m, stage == pp - 1)
+        return kind, k, ph, overlap
 
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,
                   group_size: int | None = None) -> int:

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.per_distinct import frontier_per_distinct, order_figure, per_distinct
-from strategies.schedules.stash import (column_stash_moments, peak_pending_w, peak_stash,
-                                        stash_frontier, trailing_w)
+from strategies.schedules.stash import (column_stash_frontier, column_stash_moments,
+                                        column_trailing_w, peak_pending_w, peak_stash)
 from strategies.schedules.step import step_columns
 
 
@@ -59,7 +59,7 @@ class OrderFigures:
         peak for given bytes): ``((in_flight, 0),)`` unless the backward is split."""
         if not self.splits_backward:
             return ((self.in_flight(stage, pp, m, vpp, group_size), 0),)
-        return stash_frontier(self.steps(stage, pp, m, vpp, group_size))
+        return column_stash_frontier(self.order_columns(stage, pp, m, vpp, group_size))
 
     def chunk_stash_moments(self, stage: int, pp: int, m: int, vpp: int = 1,
                             group_size: int | None = None
@@ -99,7 +99,7 @@ class OrderFigures:
     def trailing_w_count(self, stage: int, pp: int, m: int, vpp: int = 1) -> int:
         """``trailing_w`` of the schedule's own order at ``(stage, pp, m)`` (its default
         chunks; ``vpp`` is the memo's key and not read)."""
-        return trailing_w(self.steps(stage, pp, m))
+        return column_trailing_w(self.order_columns(stage, pp, m))
 
     def overlapped_share(self, stage: int, pp: int, m: int, vpp: int = 1) -> float:
         """Share of ``stage``'s forwards that run in an overlapped group (``Step.overlap``):

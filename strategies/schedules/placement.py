@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.distinct_rows import distinct_int_rows
 from strategies.schedules.per_distinct import per_distinct
 
 
@@ -31,6 +32,20 @@ class Placement:
                       microbatch: int = 0) -> int:
         """Position of ``(rank, chunk)`` on ``microbatch``'s path (ring: ``chunk·pp + rank``)."""
         return chunk * pp + rank
+
+    def virtual_stage_array(self, rank: np.ndarray, chunk: np.ndarray, pp: int, vpp: int,
+                            microbatch: np.ndarray) -> np.ndarray:
+        """``virtual_stage`` over int arrays (``analysis.free_comm_order``'s steps): the ring's
+        closed form where the schedule keeps it, else ``virtual_stage`` once per distinct
+        ``(rank, chunk, microbatch)``."""
+        if type(self).virtual_stage is Placement.virtual_stage:
+            return chunk * pp + rank
+        rows = np.stack([rank, chunk, microbatch], axis=1)
+        if not len(rows):
+            return np.zeros(0, dtype=np.int64)
+        first, inv = distinct_int_rows(rows)
+        got = [self.virtual_stage(r, c, pp, vpp, i) for r, c, i in rows[first].tolist()]
+        return np.array(got, dtype=np.int64)[inv]
 
     def rank_chunk(self, position: int, pp: int, vpp: int,
                    microbatch: int = 0) -> tuple[int, int]:

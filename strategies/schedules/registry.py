@@ -124,9 +124,9 @@ def attr_by_code(codes: Any, attr: str) -> np.ndarray:
 def present_codes(codes: np.ndarray) -> np.ndarray:
     """The distinct schedule codes in ``codes`` (int64), sorted: ``np.unique``'s answer, read
     without its sort (and its masked-array test, which imports ``numpy.ma``) where every
-    entry is the same code (one plan, or one plan's stages)."""
+    entry is the same code (one plan, or one plan's stages), or none (no plan selected)."""
     flat = codes.reshape(-1)
-    if flat.size and not np.any(flat != flat[0]):
+    if not flat.size or not np.any(flat != flat[0]):
         return flat[:1]
     return np.unique(codes)
 

@@ -124,11 +124,21 @@ def stash_frontier(steps: Iterable[Step]) -> tuple[tuple[int, int], ...]:
     >>> stash_frontier(ZBH1().steps(1, 4, 8))
     ((3, 1), (2, 2))
     """
-    best: list[tuple[int, int]] = []
-    for n, w in sorted({(n, w) for n, w, _ in _stash_walk(steps)}, key=lambda x: (-x[0], -x[1])):
-        if not best or w > best[-1][1]:
-            best.append((n, w))
-    return tuple(best) or ((0, 0),)
+    return column_stash_frontier(step_columns(list(steps)))
+
+
+def column_stash_frontier(columns: Columns) -> tuple[tuple[int, int], ...]:
+    """``stash_frontier`` of an order given as ``step_columns``: the moments sorted most
+    stashed first (then most pending), each kept where it has more pending than every
+    moment before it."""
+    _, d_n, d_w, read, _, _ = _events(columns)
+    n, w = np.cumsum(d_n)[read], np.cumsum(d_w)[read]
+    if not len(n):
+        return ((0, 0),)
+    by = np.lexsort((-w, -n))
+    n, w = n[by], w[by]
+    keep = np.r_[True, w[1:] > np.maximum.accumulate(w)[:-1]]
+    return tuple(zip(n[keep].tolist(), w[keep].tolist()))
 
 
 def peak_pair(frontier: Sequence[tuple[int, int]], per_stashed: float,
@@ -205,5 +215,13 @@ def peak_pending_w(steps: Sequence[Step]) -> int:
 
 def trailing_w(steps: Sequence[Step]) -> int:
     """``W`` steps after the last ``B`` of ``steps`` (0 without a ``B``)."""
-    last_b = max((k for k, s in enumerate(steps) if s.kind == "B"), default=len(steps))
-    return sum(s.kind == "W" for s in steps[last_b + 1:])
+    return column_trailing_w(step_columns(list(steps)))
+
+
+def column_trailing_w(columns: Columns) -> int:
+    """``trailing_w`` of an order given as ``step_columns``."""
+    kind = columns[0]
+    b_at = np.flatnonzero(kind == 1)
+    if not len(b_at):
+        return 0
+    return int(np.count_nonzero(kind[int(b_at[-1]) + 1:] == 2))

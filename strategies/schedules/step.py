@@ -120,3 +120,27 @@ def steps_of_columns(kind: np.ndarray, microbatch: np.ndarray, chunk: np.ndarray
     """The ``Step`` list of ``step_columns``' columns (interned, ``make_step``)."""
     return [make_step(STEP_KINDS[k], i, c, o) for k, i, c, o in
             zip(kind.tolist(), microbatch.tolist(), chunk.tolist(), overlap.tolist())]
+
+
+def running_counts(ids: np.ndarray) -> np.ndarray:
+    """How many earlier entries of ``ids`` (non-negative ints) equal each one: the index of
+    each step among the steps of its kind (and chunk) when ``ids`` codes them."""
+    ids = np.asarray(ids, dtype=np.int64)
+    by = np.argsort(ids, kind="stable")
+    first = np.searchsorted(ids[by], ids[by], side="left")
+    out = np.empty(len(ids), dtype=np.int64)
+    out[by] = np.arange(len(ids)) - first
+    return out
+
+
+def token_columns(ids: Sequence[int], chunks: int, m: int) -> tuple[np.ndarray, np.ndarray,
+                                                                    np.ndarray, np.ndarray]:
+    """``step_columns`` of an order written as tokens ``kind·chunks + chunk`` (``kind`` the
+    index in ``STEP_KINDS``), each token the next micro-batch of its kind and chunk, the
+    steps of micro-batches ``>= m`` dropped (none overlapped)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    micro = running_counts(ids)
+    keep = micro < m
+    ids, micro = ids[keep], micro[keep]
+    return ((ids // chunks).astype(np.int8), micro, ids % chunks,
+            np.zeros(len(ids), dtype=bool))

@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.registry import get_schedule, register
-from strategies.schedules.step import Step, check_common
+from strategies.schedules.step import Step, check_common, steps_of_columns, token_columns
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
-from strategies.schedules.step import make_step
 from strategies.schedules.vshape import VShape
 
 
@@ -45,37 +44,24 @@ class ZBV(VShape):
         >>> " ".join(map(str, get_schedule("zb-v").steps(1, 2, 3, 2)))[:59]
         'F0.c0 F0.c1 F1.c0 F1.c1 B0.c1 W0.c1 F2.c0 B0.c0 W0.c0 F2.c1'
         """
+        return steps_of_columns(*self.order_columns(stage, pp, m, vpp, group_size))
+
+    def order_columns(self, stage: int, pp: int, m: int, vpp: int = 2,
+                      group_size: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The order of ``steps`` as ``step_columns``, from the module docstring's counts:
+        the steady loop runs ``n - p`` rounds, the first ``n - (2p - r - 1)`` with an ``F0``
+        (chunk 0's forwards left after the warm-up), and each chunk defers ``r`` weight
+        gradients to the end."""
         check_common(stage, pp, m)
         raise_first(VShape.shape_rules(self, pp, vpp, None))
         p, r, n = pp, stage, max(2 * pp - 1, m)
-        cnt = {(k, c): 0 for k in "FBW" for c in (0, 1)}
-        out: list[Step] = []
-
-        def add(*steps: str) -> None:        # "F1": the next forward of chunk 1, ...
-            for kind, c in steps:
-                chunk = int(c)
-                out.append(make_step(kind, cnt[kind, chunk], chunk, False))
-                cnt[kind, chunk] += 1
-
-        for _ in range(2 * (p - r) - 1):
-            add("F0")
-        for _ in range(r):
-            add("F1", "F0")
-        for _ in range(p - r):
-            add("F1", "B1", "W1")
-        while cnt["F", 1] < cnt["F", 0] or cnt["F", 0] < n:
-            if cnt["F", 0] < n:
-                add("F0")
-            add("B0", "W0", "F1", "B1", "W1")
-        for _ in range(r):
-            add("B0", "B1")
-        for _ in range(p - r):
-            add("B0", "W0")
-        while cnt["W", 1] < cnt["B", 1]:
-            add("W1")
-        while cnt["W", 0] < cnt["B", 0]:
-            add("W0")
-        return [s for s in out if s.microbatch < m]
+        f0, f1, b0, b1, w0, w1 = 0, 1, 2, 3, 4, 5            # kind·2 + chunk
+        warm0 = 2 * p - r - 1
+        ids = ([f0] * (2 * (p - r) - 1) + [f1, f0] * r + [f1, b1, w1] * (p - r)
+               + [f0, b0, w0, f1, b1, w1] * (n - warm0) + [b0, w0, f1, b1, w1] * (warm0 - p)
+               + [b0, b1] * r + [b0, w0] * (p - r) + [w1] * r + [w0] * r)
+        return token_columns(ids, 2, m)
 
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,
                   group_size: int | None = None) -> int:
