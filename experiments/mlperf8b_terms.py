@@ -20,11 +20,17 @@ micro-batch 2, and what the three tp-2 rows miss.
    the same job with ``overlap_grad_reduce`` and ``overlap_param_gather`` off, capped at the
    rule's full charge). A what-if, not the model.
 
-    python experiments/mlperf8b_terms.py      # a few seconds, analytic only
+    python experiments/mlperf8b_terms.py      # 45 s, analytic only
+    python experiments/mlperf8b_terms.py --rule-off experiments/reference_mape.py
+    python experiments/mlperf8b_terms.py --rule-off -m simulator.cli validate --tiers 1 --no-sim
+
+``--rule-off SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``) runs another command with the
+one-micro-batch rule off, as section 3 does: the what-if's figures on every reference file.
 """
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from unittest import mock
 
@@ -165,5 +171,20 @@ def main() -> None:
     rule_rows()
 
 
+def rule_off(argv: list[str]) -> None:
+    """Run ``argv`` (a script path or ``-m MODULE``, then its arguments) with
+    ``overlap_clock.dp_overlaps_whole_step`` False."""
+    with mock.patch.object(overlap_clock, "dp_overlaps_whole_step", _no_whole_step):
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            runpy.run_path(argv[0], run_name="__main__")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--rule-off"]:
+        rule_off(sys.argv[2:])
+    else:
+        main()
