@@ -265,6 +265,14 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
         + ")")
     r["notes"] += (f" NVLink (the system JSON's accelerator_interconnect): "
                    f"{sj['accelerator_interconnect'] or 'not stated'}.")
+    if "FP8_PARAM_GATHER" in sub["env"] or "FP8_PARAM_GATHER" in sub["yaml_defaults"]:
+        # the YAML's ``optim.fp8_param_gather`` (custom.yaml L166), which pretrain.py passes
+        # to ``MegatronMixedPrecision(fp8_param_gather=...)`` (L203, L273): FP8 weights, no
+        # 16-bit copy, gathered as one byte each (calibration §5.219, §5.224)
+        r["plan"]["fp8_param_gather"] = tr.on(sub, "FP8_PARAM_GATHER")
+        r["notes"] = r["notes"].replace(
+            "(not read by the reference reader for this source)",
+            "(stated as plan.fp8_param_gather; the reader applies it under per-tensor FP8)")
     ga = {v["ga"] for v in sub["logs"].values()}
     assert ga == {r["plan"]["grad_accum"]}, (sub["system"], ga, r["plan"])
     dl = {v["dlpal"] for v in sub["logs"].values()} - {None}

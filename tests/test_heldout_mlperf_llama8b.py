@@ -155,3 +155,28 @@ def test_result_files_groups_by_submitter_and_system() -> None:
              "B/systems/s2.json", "B/results/s2/llama31_8b/result_9.txt"]
     assert result_files(paths, "llama31_8b") == {
         ("A", "s1"): paths[:2], ("B", "s2"): [paths[5]]}
+
+
+def test_fp8_param_gather_is_the_configs_switch() -> None:
+    """``config_common.sh`` sets ``FP8_PARAM_GATHER=True`` (custom.yaml's
+    ``optim.fp8_param_gather``, passed to ``MegatronMixedPrecision``), ``config_common_fp4.sh``
+    sets it False (§5.224): every row whose sourced config or YAML names the switch states it as
+    ``plan.fp8_param_gather``, and the reader keeps one byte per stored and gathered weight on
+    the per-tensor FP8 rows (16) and none on the NVFP4 rows (7); Cisco's two rows (their YAML
+    reads ``FP8_PARAMS``, not kept in the inputs) state nothing."""
+    subs = {s["system"]: s for _, s in SUBS}
+    said, quantised = [], []
+    for r in ROWS:
+        s = subs[r["source"]["row"].split(":")[0]]
+        named = "FP8_PARAM_GATHER" in s["env"] or "FP8_PARAM_GATHER" in s["yaml_defaults"]
+        assert ("fp8_param_gather" in r["plan"]) is named, r["id"]
+        if not named:
+            continue
+        assert r["plan"]["fp8_param_gather"] is tr.tr.on(s, "FP8_PARAM_GATHER")
+        said += [r["id"]] if r["plan"]["fp8_param_gather"] else []
+        sy = case_from_entry(r, ROWS).job.system
+        if sy is not None and sy.quantised_weights == 1.0:
+            assert sy.gather_bytes() == 1.0
+            quantised.append(r["id"])
+    assert sorted(said) == sorted(quantised) and len(said) == 16
+    assert all("nvfp4" not in next(r for r in ROWS if r["id"] == i)["precision"] for i in said)
