@@ -334,6 +334,18 @@ def nvlink_domain(sub: dict[str, Any]) -> tuple[int, str] | None:
     return per_rack * per_tray, how
 
 
+def scale_out(host_networking: str) -> str:
+    """The row's scale-out text from a system JSON's ``host_networking``: as written where it
+    counts its NICs (``4x ConnectX-7 IB NDR 400Gb/s``); else its first clause, said to state
+    no NIC count or rate (University of Florida's ``InfiniBand; Data bandwidth for GPU-PCIe:
+    504 GB/s; PCIe-NIC: 500 GB/s``: PCIe figures, kept in the row's notes; the reader then
+    takes the GPU's node preset's NICs)."""
+    if re.search(r"\b\d+\s*x", host_networking):
+        return host_networking
+    return (f"{host_networking.split(';')[0].strip()} (NIC count and rate not stated in the "
+            "systems file)")
+
+
 def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     """One submission's row."""
     e, sj = sub["env"], sub["system_json"]
@@ -401,6 +413,9 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     if on(sub, "FP8_PARAM_GATHER"):
         notes.append("FP8_PARAM_GATHER=True: the distributed optimizer all-gathers FP8 weights "
                      "(not read by the reference reader for this source).")
+    if scale_out(sj["host_networking"]) != sj["host_networking"]:
+        notes.append(f"The system JSON's host_networking, '{sj['host_networking']}', counts no "
+                     "NICs (the row's interconnect keeps its first clause).")
     domain = nvlink_domain(sub)
     if domain:
         notes.append(f"NVLink domain {domain[0]} GPUs: {domain[1]}.")
@@ -423,7 +438,8 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
                      "gpus_per_node": int(sj["accelerators_per_node"]),
                      **({"nvlink_domain_gpus": domain[0]} if domain else {}),
                      "interconnect": f"{sj['accelerator_interconnect']}; scale-out "
-                                     f"{sj['host_networking']} (systems/{sub['system']}.json)"},
+                                     f"{scale_out(sj['host_networking'])} "
+                                     f"(systems/{sub['system']}.json)"},
         "plan": plan,
         "precision": precision(sub),
         "measured": {"step_time_s": step, "samples_per_s": gbs / step,

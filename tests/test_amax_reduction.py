@@ -12,6 +12,7 @@ import pytest
 from simulator.simulate import simulate
 from strategies.cost import amax
 from strategies.cost import comm as cm
+from strategies.collectives.select import tree_layouts
 from strategies.cost.comm.small_allreduce import tree_latency
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.estimate import estimate
@@ -141,3 +142,55 @@ def test_stage_record_estimate_and_simulation_read_the_rule():
     bj_off = replace(bj, framework=replace(bj.framework, te_amax_reduction=False))
     assert stage_costs(bj).layer_fwd == stage_costs(bj_off).layer_fwd
     assert estimate(bj).step_time_s == estimate(bj_off).step_time_s
+
+
+def test_tree_over_groups_spanning_nodes_unevenly():
+    """NCCL builds its tree over uneven nodes too (a chain of each node's members, a double
+    binary tree between nodes; §5.223): ``2((k-1)·lat_in + log2i(nodes)·lat_out)`` of the
+    slowest group, ``k`` its fullest node's members; the ring where the layout is unknown."""
+    cl = cluster_preset("dgx-h100", 64)
+    li, lo = cl.intra_node_latency, cl.inter_node_latency
+    # 22 consecutive ranks start at 0 or 6 in a node: 8+8+6 (3 nodes) or 2+8+8+4 (4 nodes)
+    # 12 at 0 or 4: 8+4 or 4+8; 11 ranks 2 apart (slots of 4): 3 or 4 nodes of up to 4
+    for n, stride, k, nodes in ((22, 1, 8, 4), (12, 1, 8, 2), (11, 2, 4, 4)):
+        tree = 2 * ((k - 1) * li + np.log2(nodes) * lo)
+        assert tree_latency(n, stride, cl) == pytest.approx(tree, rel=1e-12)
+        s = 4096.0
+        bw = cm.collective_time("allreduce", s, n, stride, cl) \
+            - cm.collective_time("allreduce", 0.0, n, stride, cl)
+        assert cm.small_allreduce_time(s, n, stride, cl) == pytest.approx(
+            min(bw * n / (n - 1) + tree, cm.collective_time("allreduce", s, n, stride, cl)),
+            rel=1e-12)
+        assert cm.small_allreduce_time(4.0, n, stride, cl) < \
+            cm.collective_time("allreduce", 4.0, n, stride, cl)
+    # a stride that does not divide the node: the ring, as before
+    assert cm.small_allreduce_time(4.0, 5, 3, cl) == cm.collective_time("allreduce", 4.0, 5, 3, cl)
+    # even groups: the one layout strided_layout gives, on every offset
+    known, k, nodes = tree_layouts(np.array([16, 64, 4, 8]), np.array([1, 2, 8, 1]), 8)
+    assert known.all() and k.shape == (4, 8)
+    assert (k == [[8], [4], [1], [8]]).all() and (nodes == [[2], [16], [4], [1]]).all()
+    # MLPerf's 312-rank amax group on 64-GPU NVLink domains (4.875 of them, §5.220): 5 or 6
+    # domains, 64 in the fullest
+    nvl = cluster_preset("gb200-nvl72", 624, 16)
+    li, lo = nvl.intra_node_latency, nvl.inter_node_latency
+    assert tree_latency(312, 1, nvl) == pytest.approx(2 * (63 * li + 2 * lo), rel=1e-12)
+    assert cm.small_allreduce_time(48.0, 312, 1, nvl) < \
+        cm.collective_time("allreduce", 48.0, 312, 1, nvl) / 10
+
+
+def test_uneven_amax_group_stage_record_and_simulation():
+    """tp·dp = 12 ranks on 8-GPU nodes (the second stage's group starts mid-node): the stage
+    record carries the tree's seconds, and the simulation runs on that record."""
+    m = replace(LLAMA, name="llama-8l", num_layers=8)
+    job = make_job(m, cluster_preset("dgx-h100", 3), Plan(tp=2, pp=2, dp=6, mbs=1, gbs=48),
+                   dtype="fp8", framework="megatron-core")
+    off = replace(job, framework=replace(job.framework, te_amax_reduction=False))
+    f, _ = amax.amax_reduction_time(job.model, 4.0, 2, 1, 6, 1, 1, "fp8", job.framework,
+                                    job.cluster)
+    cl = job.cluster
+    tree = 2 * (7 * cl.intra_node_latency + 1 * cl.inter_node_latency)
+    bw = cm.collective_time("allreduce", 4 * 3 * 4 * 4.0, 12, 1, cl) \
+        - cm.collective_time("allreduce", 0.0, 12, 1, cl)
+    assert f * 4 == pytest.approx(bw * 12 / 11 + tree, rel=1e-12)
+    assert stage_costs(job).layer_fwd - stage_costs(off).layer_fwd == pytest.approx(f, rel=1e-9)
+    assert simulate(job).step_time_s > simulate(off).step_time_s

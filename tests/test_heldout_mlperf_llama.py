@@ -164,3 +164,16 @@ def test_the_terms_script_fits_a_line_exactly() -> None:
     xs = [24.0, 56.0, 72.0, 288.0]
     s, b = line(xs, [0.19 * x + 0.6 for x in xs])
     assert s == pytest.approx(0.19, rel=1e-12) and b == pytest.approx(0.6, rel=1e-12)
+
+
+def test_scale_out_text_counts_nics_or_says_it_does_not() -> None:
+    """A system JSON whose host_networking counts no NICs (University of Florida's DGX B200:
+    "InfiniBand" and PCIe figures) gives a text the reader takes no links from, so the
+    dgx-b200 preset's 8 x 400 Gb/s (§5.223); the others keep theirs as written."""
+    assert tr.scale_out("4x ConnectX-7 IB NDR 400Gb/s") == "4x ConnectX-7 IB NDR 400Gb/s"
+    for rid in ("mlperf51_llama31405b_hpgdgxb200x8n32_b200_256",
+                "mlperf51_llama31405b_hpgdgxb200x8n56_b200_448"):
+        hw = BY_ID[rid]["hardware"]
+        assert "InfiniBand (NIC count and rate not stated" in hw["interconnect"]
+        cl = case_from_entry(BY_ID[rid]).job.cluster
+        assert (cl.nics_per_node, cl.to_dict()["inter_node_gbps"]) == (8, 400.0)

@@ -55,6 +55,19 @@ def test_unknown_gpu_is_none():
     ("RoCE, 3200 Gbps", 8, (8, 400.0)),
     ("not stated (MosaicML platform)", 8, None),
     ("NVLink intra-node", 8, None),
+    # NVLink and PCIe figures are never NICs (§5.223): the MLPerf systems files' texts
+    ("18x 5th Gen NVLink, 14.4 TB/s aggregated bandwidth; scale-out InfiniBand; Data "
+     "bandwidth for GPU-PCIe: 504 GB/s; PCIe-NIC: 500 GB/s (systems/hpg.dgxb200x8.n32.json)",
+     8, None),
+    ("NVLINK Gen4 900 GB/s + NVSWITCH Gen3 in the node; RoCE v2 Ethernet (NIC count and "
+     "speed not stated in the systems file)", 8, None),
+    ("GB200 NVL72: 72 GPUs in one NVLink domain (1.8 TB/s per GPU)", 4, None),
+    ("NVLINK Gen5 1800 GB/s + NVSWITCH Gen5; scale-out 4x ConnectX-7 IB NDR 400Gb/s", 4,
+     (4, 400.0)),
+    ("8 GPUs per node on NVLink/NVSwitch (H800: 400 GB/s NVLink); 8x 400 Gb/s InfiniBand "
+     "per node", 8, (8, 400.0)),
+    ("NVLink 900 GB/s + 8x 400 Gb/s InfiniBand", 8, (8, 400.0)),
+    ("8x 400 Gb/s ConnectX-7 on PCIe Gen5", 8, (8, 400.0)),
 ])
 def test_interconnect_text_to_links(text, per, links):
     assert ri.parse_inter_node(text, per) == links

@@ -32,6 +32,42 @@ def test_cluster_variant_refuses_a_gpu_count_the_preset_cannot_hold():
     assert apply_cluster(odd, "cluster", "gb200-nvl72").num_gpus == 12
 
 
+def test_cluster_variant_takes_trays_per_rack():
+    """``PRESET:NxT`` (and ``PRESET:N``) as a value: racks of T trays where the preset alone
+    takes the fewest racks (1,024 GPUs: 256 trays cannot fill 15 racks evenly, refused);
+    a count that does not hold the base's GPUs is refused, before any search where it can."""
+    base = cluster_preset("dgx-h100", 128)               # 1,024 GPUs
+    assert parse_vary(["cluster=gb200-nvl72:256x16,dgx-b200:128"]) == [
+        ("cluster", ["gb200-nvl72:256x16", "dgx-b200:128"])]
+    gb = apply_cluster(base, "cluster", "gb200-nvl72:256x16")
+    assert (gb.name, gb.num_gpus, gb.nvlink_domain_size) == ("gb200-nvl72:256x16", 1024, 64)
+    with pytest.raises(SpecError, match="256 trays need 15 racks"):
+        apply_cluster(base, "cluster", "gb200-nvl72")
+    with pytest.raises(SpecError, match="holds 256 GPUs where the base cluster has 1024"):
+        apply_cluster(base, "cluster", "gb200-nvl72:64x16")
+    for bad, rule in (("gb200-nvl72:256x7", "must divide the 256 trays"),
+                      ("dgx-h100:4x2", "needs a rack-scale preset"),
+                      ("dgx-h100:4+dgx-a100:4", "not a mixed cluster or a file")):
+        with pytest.raises(SpecError, match=rule):
+            parse_vary([f"cluster={bad}"])
+
+
+def test_whatif_over_trays_per_rack(capsys):
+    rc = main(["whatif", "--model", "llama3-8b", "--cluster", "gb200-nvl72:2", "--global-batch",
+               "16", "--max-mbs", "1", "--workers", "1", "--fix", "pp=1,cp=1",
+               "--vary", "cluster=gb200-nvl72,gb200-nvl72:2x1", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    rows = json.loads(out.out)["rows"]
+    assert [r["job"]["cluster"] for r in rows] == ["gb200-nvl72:2", "gb200-nvl72:2x1"]
+    assert [r["job"]["gpus"] for r in rows] == [8, 8]
+    rc = main(["whatif", "--model", "llama3-8b", "--cluster", "gb200-nvl72:2", "--global-batch",
+               "16", "--vary", "cluster=gb200-nvl72:4x2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--vary cluster='gb200-nvl72:4x2': holds 16 GPUs" in err
+    assert "Traceback" not in err
+
+
 def test_prices_default_override_and_refusal():
     assert parse_prices("default") == DEFAULT_PRICES
     t = parse_prices("H100=2.5,MI355X=3")

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from topologies.cluster import Cluster, cluster_preset
+from topologies.cluster import Cluster, cluster_preset, parse_cluster_arg
 from topologies.cluster.presets import cluster_for_gpus
 from topologies.faults import MAX_FACTOR, Faults
 from topologies.planes import MAX_PLANES, check_planes
@@ -99,8 +99,7 @@ def parse_value(key: str, text: str) -> Any:
     field = f"--vary {key}"
     try:
         if key == "cluster":
-            cluster_preset(text)          # unknown presets fail here, before any search
-            return text.strip().lower()
+            return _cluster_value(text)
         if key == "gpu":
             return get_gpu(text).name     # the catalog name (H100 -> H100-SXM5-80GB)
         if key == "network":
@@ -118,6 +117,22 @@ def parse_value(key: str, text: str) -> Any:
         return int(v) if v.is_integer() and abs(v) < 2 ** 53 else v
     except SpecError as e:
         raise SpecError(field, text, e.rule) from None
+
+
+def _cluster_value(text: str) -> str:
+    """A ``--vary cluster=`` value: a preset (the base's GPUs, a rack-scale one over the
+    fewest racks), or ``PRESET:N``/``PRESET:NxT`` (racks of ``T`` trays), whose GPU count
+    ``apply_cluster`` checks against the base's. Unknown presets, mixed clusters and files
+    fail here, before any search."""
+    t = text.strip().lower()
+    if "+" in t or t.endswith((".yaml", ".yml", ".json")):
+        raise SpecError("--vary cluster", text, "must be a preset, PRESET:N or PRESET:NxT "
+                        "(T trays per rack, a rack-scale preset), not a mixed cluster or a file")
+    if ":" in t:
+        parse_cluster_arg(t)
+    else:
+        cluster_preset(t)
+    return t
 
 
 def _network_value(text: str) -> str:
@@ -183,7 +198,16 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
     """``cluster`` with one property changed (``value`` in the key's file units)."""
     try:
         if key == "cluster":   # the preset's nodes, with the faults given (--straggler, ...)
-            return cluster_for_gpus(str(value), cluster.num_gpus).with_faults(cluster.faults)
+            if ":" not in str(value):
+                return cluster_for_gpus(str(value), cluster.num_gpus).with_faults(
+                    cluster.faults)
+            c = parse_cluster_arg(str(value))
+            if c.num_gpus != cluster.num_gpus:
+                raise SpecError("--vary cluster", value, f"holds {c.num_gpus} GPUs where the "
+                                f"base cluster has {cluster.num_gpus}: the variants keep the "
+                                "GPU count (give the preset alone, or a count that holds "
+                                f"{cluster.num_gpus} GPUs)")
+            return c.with_faults(cluster.faults)
         if key == "nodes":
             return cluster.with_nodes(int(value))
         if key == "gpu":

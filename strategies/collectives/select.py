@@ -96,6 +96,34 @@ def _strided_layout(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> tu
     return in_node | per_node | across, k, nodes
 
 
+def tree_layouts(n, stride, gpus_per_node: int) -> tuple:
+    """``(known, k, nodes)`` of the groups of ``n`` ranks ``stride`` apart that placement
+    builds, for NCCL's tree (``src/graph/connect.cc``: a chain of each node's local ranks, a
+    double binary tree between the nodes; uneven nodes allowed, ``init.cc`` keeps
+    ``minLocalRanks``/``maxLocalRanks``): ``k`` the fullest node's members and ``nodes`` the
+    nodes one group spans, along a trailing axis of the groups' offsets in the node (length
+    ``gpus_per_node``, unused places repeating the first). ``known`` where every group's
+    layout follows: ``strided_layout``'s uniform groups (one entry, repeated), or ``stride``
+    dividing the node, where the group is ``n`` consecutive slots of ``G/stride`` a node
+    starting at ``o``, a multiple of ``gcd(n, G/stride)`` (every such ``o`` where there are
+    that many groups): ``ceil((o+n)/(G/stride))`` nodes. Vectorised."""
+    n, stride = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(stride, dtype=float))
+    G = gpus_per_node
+    uniform, k_u, nodes_u = strided_layout(n, stride, G)
+    sub = (stride < G) & (np.mod(G, np.maximum(stride, 1)) == 0)
+    slots = np.where(sub, G / np.maximum(stride, 1), 1.0)
+    gcd = np.gcd(np.maximum(n, 1).astype(np.int64), slots.astype(np.int64)).astype(float)
+    o = np.arange(G, dtype=float) * gcd[..., None]
+    o = np.where(o < slots[..., None], o, 0.0)
+    m, s = n[..., None], slots[..., None]
+    first = np.minimum(m, s - o)
+    nodes = 1.0 + np.ceil((m - first) / s)
+    k = np.where(nodes == 1, m, np.where(nodes == 2, np.maximum(first, m - first), s))
+    u = uniform[..., None]
+    return (uniform | sub, np.where(u, k_u[..., None], k),
+            np.where(u, nodes_u[..., None], nodes))
+
+
 def strided_algorithm(n, stride, gpus_per_node: int, kind: str = "allreduce") -> np.ndarray:
     """``ring`` or ``mixed`` (groups of this shape differ) for collective
     ``kind`` over every group of ``n`` ranks ``stride`` apart (placement's layout; not

@@ -63,14 +63,36 @@ def gpu_preset(text: str) -> tuple[str, str | None] | None:
     return None
 
 
+# a clause (``;``-separated) that names the GPU fabric (NVLink, NVSwitch) and no scale-out
+# network word describes the node's or rack's NVLink, never its NICs (the MLPerf systems
+# files' "18x 5th Gen NVLink, 14.4 TB/s aggregated bandwidth", "NVLINK Gen4 900 GB/s"); one
+# that names PCIe and no NIC count (``N x``) the host's bus ("Data bandwidth for GPU-PCIe:
+# 504 GB/s; PCIe-NIC: 500 GB/s")
+_GPU_FABRIC = re.compile(r"nvlink|nvswitch|nvl\d")
+_PCIE = re.compile(r"pcie")
+_NIC_COUNT = re.compile(r"\b\d+\s*(?:x|×)")
+_NETWORK = re.compile(r"\b(?:infiniband|ib|roce(?:\s*v2)?|ethernet|efa|nics?|hcas?|connectx[\w-]*|"
+                      r"omni-path|opa|rdma|hdr|ndr|xdr|edr|scale-out|inter-node)\b")
+
+
+def network_clauses(text: str) -> str:
+    """``text`` (lower case) without its ``;``-separated clauses that name NVLink or NVSwitch
+    and no scale-out network, or PCIe and no NIC count (``_GPU_FABRIC``, ``_NETWORK``,
+    ``_PCIE``): what ``parse_inter_node`` reads."""
+    return ";".join(c for c in str(text or "").lower().split(";")
+                    if (not _GPU_FABRIC.search(c) or _NETWORK.search(c))
+                    and (not _PCIE.search(c) or _NIC_COUNT.search(c)))
+
+
 def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
     """(NICs per node, Gb/s per NIC) that a free-text interconnect field states, or None.
 
     Reads ``N x B Gb/s`` (N links of B), ``B Gb/s per GPU`` (one link per GPU), ``B Gbps``
     or ``T Tbps`` per node or node-to-node (split over one link per GPU), ``N ... links`` of
     a named generation (HDR 200, NDR 400, Omni-Path 100 …), and ``B Gb/s`` alone (per GPU, the
-    common rail-optimised layout, unless it is 1,600 or more, which only a node's total is)."""
-    t = str(text or "").lower()
+    common rail-optimised layout, unless it is 1,600 or more, which only a node's total is).
+    Clauses about NVLink alone are not read (``network_clauses``)."""
+    t = network_clauses(text)
     n = max(1, int(gpus_per_node or 8))
     m = re.search(r"(\d+)\s*(?:x|×)\s*" + _NUM + _GBPS, t)
     if m:
