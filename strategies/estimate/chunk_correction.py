@@ -141,19 +141,53 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     held_by = chunk_records(job, None, costs)          # the real chunks
     even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
-    shift, held = a2a_shift(job, r, even, real, span, costs)
+    shift, held, timed = a2a_shift(job, r, even, real, span, costs)
     # the busiest real rank's own exposed offload copies: the breakdown's entry
     off = busiest(ranks(real), rank_offloads(job, held_by))
+    msgs, idle = messages_shift(job, r, ranks(even), ranks(real)), 0.0
+    if get_schedule(p.schedule).overlaps_pairs:     # DualPipe's messages on its own order
+        busy = ranks(real)
+        msgs, idle = order_messages(job, r, timed or (real, None),
+                                    max(range(p.pp), key=busy.__getitem__), costs)
     if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
-        return corrected(job, r, makespan(even), makespan(real),
-                          messages_shift(job, r, ranks(even), ranks(real)), shift,
-                          offload=off)
+        return corrected(job, r, makespan(even), makespan(real), msgs, shift, idle,
+                         offload=off)
     # the busiest real rank's layers run the layers' own communication (``r``'s is the even
     # rank's num_layers/pp); the rest of the order's shift is bubble
     scale = 1.0 if held is None else held / (job.model.num_layers / p.pp)
-    return corrected(job, r, makespan(even), makespan(real),
-                      messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale,
-                      off)
+    return corrected(job, r, makespan(even), makespan(real), msgs, 0.0, shift + idle, scale,
+                     off)
+
+
+def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
+                   costs: StageCostMemo | None = None) -> tuple[float, float]:
+    """``(pp_comm, bubble)``: seconds the pipeline messages change ``r``'s ``pp_comm`` and
+    bubble by when they are counted on the schedule's own order (``schedules.message_replay``:
+    each exchange's sends and receives on the rank's point-to-point stream, as the simulator
+    runs them) rather than by ``exposed_messages``' closed form. The order's makespan with its
+    messages less the one without, over ``timed`` (``(chunk times, pair seconds)``: the real
+    chunks with their layers' own communication where ``a2a_shift`` priced it, else their
+    compute), is what the messages add to the step: ``rank``'s (the busiest) exposed
+    transfers are its ``pp_comm``, the rest its bubble (docs/calibration.md §5.225). One
+    message is ``r``'s ``p2p_time_s``, of which a receive's tensor-parallel all-gather (no
+    sequence parallelism) is priced after the receive."""
+    from strategies.cost import comm as cm
+    from strategies.schedules.analysis import event_seconds
+    from strategies.schedules.message_replay import message_ranks
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    t_p2p = float(r["p2p_time_s"])
+    t_gather = float(cm.collective_time("allgather", c.p2p_gather_bytes, p.tp, 1,
+                                        job.cluster)) if c.p2p_gather_bytes > 0 else 0.0
+    times, pairs = timed
+    seconds = event_seconds(sched, p.pp, p.vpp, 0.0, 0.0, chunk_times=times,
+                            pair_seconds=pairs)
+    m, g = job.num_microbatches, p.microbatch_group_size
+    run = message_ranks(sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g)
+    free = message_ranks(sched, p.pp, m, p.vpp, seconds, 0.0, 0.0, g).makespan
+    own = run.exposed_comm(rank)
+    return own - float(r["pp_comm"]), run.makespan - free - own
 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
@@ -184,8 +218,9 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
-    if pairs and job.layout.uniform and (sched.overlaps_pairs or not c.by_kind):
-        return 0.0, None
+    if pairs and job.layout.uniform and (
+            (sched.overlaps_pairs and p.ep > 1) or (not sched.overlaps_pairs and not c.by_kind)):
+        return 0.0, None, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -194,7 +229,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
     if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
-        return 0.0, None
+        return 0.0, None, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -228,7 +263,8 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
-    return span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest]
+    return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
+            (times, pairs))
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
@@ -282,7 +318,10 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     ``chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.cost.stage.layers import mixes_kinds
     p = job.plan
-    if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
+    sched = get_schedule(p.schedule)
+    if sched.overlaps_pairs:
+        return True                         # DualPipe, DualPipeV: the order, its messages
+    if (p.vpp > 1 or sched.mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r
     if not mixes_kinds(job.model):
         return False                        # one kind of layer: no by_kind record
