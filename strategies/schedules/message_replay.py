@@ -125,6 +125,7 @@ def message_ranks(sched: Any, pp: int, m: int, vpp: int,
     Raises ``RuntimeError`` on deadlock."""
     progs = [_program(sched, r, pp, m, vpp, group_size) for r in range(pp)]
     pos = [0] * pp
+    posted = [-1] * pp          # the exchange whose sends have left
     ready = [0.0] * pp          # the next pass may start (its waits met)
     stream = [0.0] * pp         # the pp-comm stream is free
     gather = [0.0] * pp         # the tensor-parallel stream's last all-gather ends
@@ -156,19 +157,22 @@ def message_ranks(sched: Any, pp: int, m: int, vpp: int,
                 pos[r] += 1
                 continue
             _, sends, recvs = item
+            if posted[r] != pos[r]:         # the call's sends leave first (a batched call)
+                posted[r] = pos[r]
+                s = stream[r]
+                for key, step in sends:
+                    a = max(s, produced[r][step])
+                    s = a + t_send
+                    landed[key] = (a, s)
+                    comm[r].append((a, s))
+                    todo.extend(waiting.pop(key, ()))
+                stream[r] = s
             late = next((k for k in recvs if k not in landed), None)
             if late is not None:
                 waiting.setdefault(late, []).append(r)
                 break
-            last = ready[r]
             s = stream[r]
-            for key, step in sends:
-                a = max(s, produced[r][step])
-                s = a + t_send
-                landed[key] = (a, s)
-                comm[r].append((a, s))
-                todo.extend(waiting.pop(key, ()))
-            last = max(last, s)
+            last = max(ready[r], s)
             for key in recvs:
                 sent, land = landed[key]
                 if land > s:
