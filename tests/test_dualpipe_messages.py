@@ -7,7 +7,8 @@ tail and the optimizer, is the simulated pipeline's end:
 ``tests/test_dualpipe_uneven_breakdown.py``). Before, the messages were
 ``exposed_messages``' ``2(m + pp - 1)`` (0.0072 s on llama3-8b tp2 pp4 gbs 16 where the
 simulation exposes 0.0029 s) and an even split kept the closed-form span (DualPipe with
-offloading -1.4 %, DualPipeV -0.9 %); every case of the first two tests failed on main's code."""
+offloading -1.4 %, DualPipeV -0.9 %); the 14 cases of the first two tests failed on main's
+code."""
 from __future__ import annotations
 
 import pytest

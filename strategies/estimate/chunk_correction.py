@@ -1,8 +1,9 @@
 """The scalar estimate's correction for a pipeline whose chunks differ (an uneven layout with
 more than one chunk per rank, DualPipe's two copies, dense and MoE layers, multi-token
 prediction): the free-communication order over each rank's own chunks (``per_chunk``), the
-exposed expert all-to-all and layer communication in that order (``a2a_shift``), and the
-test of which plans take it (``by_chunk``)."""
+exposed expert all-to-all and layer communication in that order (``a2a_shift``), the
+pipeline messages of DualPipe's and DualPipeV's order (``order_messages``), and the test of
+which plans take it (``by_chunk``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -113,8 +114,9 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     even split's mean layers against the layers each chunk holds) and the busiest rank's busy
     time, each chunk's at the micro-batches the order runs through it (``rank_seconds`` at
     ``chunk_shares``: DualPipe's copies ``m/2`` each, docs/calibration.md §5.222); that
-    rank's layers per micro-batch scale ``tp_comm``/``cp_comm``. ``costs``: the estimate's
-    ``StageCostMemo``."""
+    rank's layers per micro-batch scale ``tp_comm``/``cp_comm``. Under DualPipe and DualPipeV
+    (``Schedule.overlaps_pairs``) the pipeline messages too are the order's
+    (``order_messages``, §5.225). ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.schedules.analysis import simulate_free_comm
     costs = costs or StageCostMemo(job)
     p, m = job.plan, job.num_microbatches
@@ -191,9 +193,11 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
-               costs: StageCostMemo | None = None) -> tuple[float, float | None]:
+               costs: StageCostMemo | None = None
+               ) -> tuple[float, float | None, tuple | None]:
     """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
-    ``chunk_shares``, or None where 0): the seconds the exposed expert all-to-all changes by
+    ``chunk_shares``, and the ``(chunk times, pair seconds)`` the order ran with, or None,
+    None where 0): the seconds the exposed expert all-to-all changes by
     when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
@@ -207,9 +211,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     own communication for a schedule without pairs (1F1B, §5.52; interleaved, §5.54) whose
     stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
     combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
-    (``splits_backward``) plans and for the even split of one kind; without
-    expert parallelism the same order with the layers' TP and CP communication alone (an
-    uneven layout, docs/calibration.md §5.93).
+    (``splits_backward``) plans and for the even split of one kind (but DualPipe's and
+    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225);
+    without expert parallelism the same order with the layers' TP and CP communication alone
+    (an uneven layout, docs/calibration.md §5.93).
     ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
     the order's makespan; ``costs``: the estimate's ``StageCostMemo``."""
     p = job.plan
@@ -315,7 +320,8 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     ``per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
-    ``chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
+    ``chunk_times``); and every DualPipe and DualPipeV plan, whose messages are counted on
+    its order (``order_messages``, §5.225). ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.cost.stage.layers import mixes_kinds
     p = job.plan
     sched = get_schedule(p.schedule)
