@@ -151,12 +151,16 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
         busy = ranks(real)
         msgs, idle = order_messages(job, r, timed or (real, None),
                                     max(range(p.pp), key=busy.__getitem__), costs)
-    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
-        return corrected(job, r, makespan(even), makespan(real), msgs, shift, idle,
-                         offload=off)
     # the busiest real rank's layers run the layers' own communication (``r``'s is the even
-    # rank's num_layers/pp); the rest of the order's shift is bubble
+    # rank's num_layers/pp)
     scale = 1.0 if held is None else held / (job.model.num_layers / p.pp)
+    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
+        # (the order's shift holds the layers' TP/CP communication too: the busiest rank's
+        # extra layers' share is theirs, not the all-to-all's, §5.225)
+        extra = (scale - 1.0) * (float(r["tp_comm"]) + float(r["cp_comm"]))
+        return corrected(job, r, makespan(even), makespan(real), msgs, shift - extra,
+                         idle + extra, scale, off)
+    # the rest of the order's shift is bubble
     return corrected(job, r, makespan(even), makespan(real), msgs, 0.0, shift + idle, scale,
                      off)
 
