@@ -26,7 +26,7 @@ SP = DP.replace("mbs=1", "mbs=1,sp=true")
 #: one pipeline on one DGX H100 (tp 2, dp 1): DualPipe and DualPipeV, even and uneven, with
 #: and without offloading, the receive's tensor-parallel all-gather (no sequence
 #: parallelism) and without it
-EXACT = [DP, f"{DP},{ATT}", SP, f"{DP},{UNEVEN}", f"{SP},{UNEVEN}",
+EXACT = [DP, f"{DP},{ATT}", SP, f"{DP},{UNEVEN}", f"{SP},{UNEVEN}", f"{DP},{ATT},{UNEVEN}",
          f"{DP},first_stage_layers=6,last_stage_layers=10", DV, f"{DV},{ATT}",
          f"{DV},{V_UNEVEN}", f"{DV},{ATT},{V_UNEVEN}"]
 #: the breakdown entries compared with the simulated busiest stage's

@@ -176,7 +176,8 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     compute), is what the messages add to the step: ``rank``'s (the busiest) exposed
     transfers are its ``pp_comm``, the rest its bubble (docs/calibration.md §5.225). One
     message is ``r``'s ``p2p_time_s``, of which a receive's tensor-parallel all-gather (no
-    sequence parallelism) is priced after the receive."""
+    sequence parallelism) is priced after the receive. The run is kept on ``costs``
+    (``"order_messages"``: each rank's end, ``order_slack``)."""
     from strategies.cost import comm as cm
     from strategies.schedules.analysis import event_seconds
     from strategies.schedules.message_replay import message_ranks
@@ -190,10 +191,23 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     seconds = event_seconds(sched, p.pp, p.vpp, 0.0, 0.0, chunk_times=times,
                             pair_seconds=pairs)
     m, g = job.num_microbatches, p.microbatch_group_size
-    run = message_ranks(sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g)
+    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: message_ranks(
+        sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g))
     free = message_ranks(sched, p.pp, m, p.vpp, seconds, 0.0, 0.0, g).makespan
     own = run.exposed_comm(rank)
     return own - float(r["pp_comm"]), run.makespan - free - own
+
+
+def order_slack(job: Job, costs: StageCostMemo) -> tuple[float, float, float] | None:
+    """How long before the pipeline's end (the order with its messages, ``order_messages``'
+    run kept on ``costs``) rank 0, rank 1 and rank ``pp - 1`` end: each kind of rank's
+    slack, which hides as much of its data-parallel tail (``analytic``'s ``rank_ends``);
+    None where no such run was made. Seconds."""
+    run = costs.keep("order_messages", lambda: None)
+    if run is None:
+        return None
+    span, pp = run.makespan, job.plan.pp
+    return span - run.end[0], span - run.end[min(1, pp - 1)], span - run.end[pp - 1]
 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
