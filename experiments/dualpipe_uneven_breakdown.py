@@ -1,6 +1,6 @@
-"""DualPipe and DualPipeV over uneven stages (docs/calibration.md §5.222): each case's
-estimated step and the breakdown's ``compute``, ``offload``, ``tp_comm`` and ``bubble``
-entries and, with ``--sim``, the contention-free simulation's step and the same entries of
+"""DualPipe and DualPipeV over uneven stages (docs/calibration.md §5.222, §5.225): each
+case's estimated step and the breakdown's ``compute``, ``offload``, ``tp_comm``, ``pp_comm``
+and ``bubble`` entries and, with ``--sim``, the contention-free simulation's step and the same entries of
 its busiest stage (``simulate``'s ``breakdown_s_by_stage``, the stage of largest compute +
 recompute + offload: the stage the estimate's breakdown describes) and the relative gap of
 the two ``compute`` entries. The cases are ``tests/test_dualpipe_uneven_breakdown.py``'s. Run
@@ -53,7 +53,7 @@ CASES = [
 ]
 
 #: the breakdown entries compared
-KEYS = ("compute", "offload", "tp_comm", "bubble")
+KEYS = ("compute", "offload", "tp_comm", "pp_comm", "bubble")
 
 
 def busiest_stage(sim_json: dict) -> dict:

@@ -26,6 +26,8 @@ Model (per optimizer step, seconds):
   of rank that bounds the steady state, ``m + 2p − 3`` the last, ``2m + 2p − 5`` a middle one
   (``bottleneck_messages``, the largest of the free span through that rank plus them;
   docs/calibration.md §5.21); ZB-H1, 1F1B's balanced count ``2m + 2p − 5`` (§5.22);
+  DualPipe and DualPipeV keep ``2·(m + p − 1)`` here, which the scalar estimate replaces by
+  the order's own exchanges (``chunk_correction.order_messages``, §5.225);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,

@@ -1,8 +1,9 @@
 """The scalar estimate's correction for a pipeline whose chunks differ (an uneven layout with
 more than one chunk per rank, DualPipe's two copies, dense and MoE layers, multi-token
 prediction): the free-communication order over each rank's own chunks (``per_chunk``), the
-exposed expert all-to-all and layer communication in that order (``a2a_shift``), and the
-test of which plans take it (``by_chunk``)."""
+exposed expert all-to-all and layer communication in that order (``a2a_shift``), the
+pipeline messages of DualPipe's and DualPipeV's order (``order_messages``), and the test of
+which plans take it (``by_chunk``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -113,8 +114,9 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     even split's mean layers against the layers each chunk holds) and the busiest rank's busy
     time, each chunk's at the micro-batches the order runs through it (``rank_seconds`` at
     ``chunk_shares``: DualPipe's copies ``m/2`` each, docs/calibration.md §5.222); that
-    rank's layers per micro-batch scale ``tp_comm``/``cp_comm``. ``costs``: the estimate's
-    ``StageCostMemo``."""
+    rank's layers per micro-batch scale ``tp_comm``/``cp_comm``. Under DualPipe and DualPipeV
+    (``Schedule.overlaps_pairs``) the pipeline messages too are the order's
+    (``order_messages``, §5.225). ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.schedules.analysis import simulate_free_comm
     costs = costs or StageCostMemo(job)
     p, m = job.plan, job.num_microbatches
@@ -141,25 +143,79 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     held_by = chunk_records(job, None, costs)          # the real chunks
     even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
-    shift, held = a2a_shift(job, r, even, real, span, costs)
+    shift, held, timed = a2a_shift(job, r, even, real, span, costs)
     # the busiest real rank's own exposed offload copies: the breakdown's entry
     off = busiest(ranks(real), rank_offloads(job, held_by))
-    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
-        return corrected(job, r, makespan(even), makespan(real),
-                          messages_shift(job, r, ranks(even), ranks(real)), shift,
-                          offload=off)
+    msgs, idle = messages_shift(job, r, ranks(even), ranks(real)), 0.0
+    if get_schedule(p.schedule).overlaps_pairs:     # DualPipe's messages on its own order
+        busy = ranks(real)
+        msgs, idle = order_messages(job, r, timed or (real, None),
+                                    max(range(p.pp), key=busy.__getitem__), costs)
     # the busiest real rank's layers run the layers' own communication (``r``'s is the even
-    # rank's num_layers/pp); the rest of the order's shift is bubble
+    # rank's num_layers/pp)
     scale = 1.0 if held is None else held / (job.model.num_layers / p.pp)
-    return corrected(job, r, makespan(even), makespan(real),
-                      messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale,
-                      off)
+    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
+        # (the order's shift holds the layers' TP/CP communication too: the busiest rank's
+        # extra layers' share is theirs, not the all-to-all's, §5.225)
+        extra = (scale - 1.0) * (float(r["tp_comm"]) + float(r["cp_comm"]))
+        return corrected(job, r, makespan(even), makespan(real), msgs, shift - extra,
+                         idle + extra, scale, off)
+    # the rest of the order's shift is bubble
+    return corrected(job, r, makespan(even), makespan(real), msgs, 0.0, shift + idle, scale,
+                     off)
+
+
+def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
+                   costs: StageCostMemo | None = None) -> tuple[float, float]:
+    """``(pp_comm, bubble)``: seconds the pipeline messages change ``r``'s ``pp_comm`` and
+    bubble by when they are counted on the schedule's own order (``schedules.message_replay``:
+    each exchange's sends and receives on the rank's point-to-point stream, as the simulator
+    runs them) rather than by ``exposed_messages``' closed form. The order's makespan with its
+    messages less the one without, over ``timed`` (``(chunk times, pair seconds)``: the real
+    chunks with their layers' own communication where ``a2a_shift`` priced it, else their
+    compute), is what the messages add to the step: ``rank``'s (the busiest) exposed
+    transfers are its ``pp_comm``, the rest its bubble (docs/calibration.md §5.225). One
+    message is ``r``'s ``p2p_time_s``, of which a receive's tensor-parallel all-gather (no
+    sequence parallelism) is priced after the receive. The run is kept on ``costs``
+    (``"order_messages"``: each rank's end, ``order_slack``)."""
+    from strategies.cost import comm as cm
+    from strategies.schedules.analysis import event_seconds
+    from strategies.schedules.message_replay import message_ranks
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    t_p2p = float(r["p2p_time_s"])
+    t_gather = float(cm.collective_time("allgather", c.p2p_gather_bytes, p.tp, 1,
+                                        job.cluster)) if c.p2p_gather_bytes > 0 else 0.0
+    times, pairs = timed
+    seconds = event_seconds(sched, p.pp, p.vpp, 0.0, 0.0, chunk_times=times,
+                            pair_seconds=pairs)
+    m, g = job.num_microbatches, p.microbatch_group_size
+    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: message_ranks(
+        sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g))
+    free = message_ranks(sched, p.pp, m, p.vpp, seconds, 0.0, 0.0, g).makespan
+    own = run.exposed_comm(rank)
+    return own - float(r["pp_comm"]), run.makespan - free - own
+
+
+def order_slack(job: Job, costs: StageCostMemo) -> tuple[float, float, float] | None:
+    """How long before the pipeline's end (the order with its messages, ``order_messages``'
+    run kept on ``costs``) rank 0, rank 1 and rank ``pp - 1`` end: each kind of rank's
+    slack, which hides as much of its data-parallel tail (``analytic``'s ``rank_ends``);
+    None where no such run was made. Seconds."""
+    run = costs.keep("order_messages", lambda: None)
+    if run is None:
+        return None
+    span, pp = run.makespan, job.plan.pp
+    return span - run.end[0], span - run.end[min(1, pp - 1)], span - run.end[pp - 1]
 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
-               costs: StageCostMemo | None = None) -> tuple[float, float | None]:
+               costs: StageCostMemo | None = None
+               ) -> tuple[float, float | None, tuple | None]:
     """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
-    ``chunk_shares``, or None where 0): the seconds the exposed expert all-to-all changes by
+    ``chunk_shares``, and the ``(chunk times, pair seconds)`` the order ran with, or None,
+    None where 0): the seconds the exposed expert all-to-all changes by
     when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
@@ -173,9 +229,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     own communication for a schedule without pairs (1F1B, §5.52; interleaved, §5.54) whose
     stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
     combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
-    (``splits_backward``) plans and for the even split of one kind; without
-    expert parallelism the same order with the layers' TP and CP communication alone (an
-    uneven layout, docs/calibration.md §5.93).
+    (``splits_backward``) plans and for the even split of one kind (but DualPipe's and
+    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225);
+    without expert parallelism the same order with the layers' TP and CP communication alone
+    (an uneven layout, docs/calibration.md §5.93).
     ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
     the order's makespan; ``costs``: the estimate's ``StageCostMemo``."""
     p = job.plan
@@ -184,8 +241,9 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
-    if pairs and job.layout.uniform and (sched.overlaps_pairs or not c.by_kind):
-        return 0.0, None
+    if pairs and job.layout.uniform and (
+            (sched.overlaps_pairs and p.ep > 1) or (not sched.overlaps_pairs and not c.by_kind)):
+        return 0.0, None, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -194,7 +252,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
     if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
-        return 0.0, None
+        return 0.0, None, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -228,7 +286,8 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
-    return span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest]
+    return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
+            (times, pairs))
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
@@ -279,10 +338,14 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     ``per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
-    ``chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
+    ``chunk_times``); and every DualPipe and DualPipeV plan, whose messages are counted on
+    its order (``order_messages``, §5.225). ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.cost.stage.layers import mixes_kinds
     p = job.plan
-    if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
+    sched = get_schedule(p.schedule)
+    if sched.overlaps_pairs:
+        return True                         # DualPipe, DualPipeV: the order, its messages
+    if (p.vpp > 1 or sched.mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r
     if not mixes_kinds(job.model):
         return False                        # one kind of layer: no by_kind record

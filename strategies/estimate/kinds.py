@@ -40,12 +40,18 @@ def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
     plan's layout is uneven (``plan_arrays.rank_layers``' flag: slots, first/last stage
     layer counts), whose step the scalar prices by each rank's own chunks in the schedule's
     order (``chunk_correction.per_chunk``/``stage_correction.per_stage``; docs/search.md
-    "Uneven pipeline layouts")."""
+    "Uneven pipeline layouts"); and pipelined plans of a schedule of overlapped pairs
+    (DualPipe, DualPipeV), whose messages the scalar counts on the order (§5.225)."""
+    from strategies.schedules import attr_by_code
     P = as_plan_arrays(P)
     pp = np.atleast_1d(P.pp)
     if mixes_kinds(m):
         return np.flatnonzero(pp > 1)
-    return np.flatnonzero((pp > 1) & np.atleast_1d(rank_layers(m.num_layers, P)[4]))
+    # DualPipe and DualPipeV: the order with its messages (``chunk_correction.by_chunk``,
+    # ``order_messages``; docs/calibration.md §5.225)
+    pairs = np.atleast_1d(attr_by_code(P.schedule, "overlaps_pairs")).astype(bool)
+    return np.flatnonzero((pp > 1) & (np.atleast_1d(rank_layers(m.num_layers, P)[4])
+                                      | pairs))
 
 
 def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],

@@ -10,7 +10,7 @@ from typing import Any
 
 from strategies.cost.stage.cost_arrays import kept_records
 from strategies.estimate.analytic import estimate_arrays
-from strategies.estimate.chunk_correction import by_chunk, per_chunk
+from strategies.estimate.chunk_correction import by_chunk, order_slack, per_chunk
 from strategies.estimate.stage_correction import per_stage, stage_slack
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.terms.dp_exposure import tail_reads_span
@@ -245,18 +245,27 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     away from the simulation too, §5.112), with, on uneven stages of one chunk per rank,
     each kind of rank's compute end from the real stages' replay (``rank_ends``,
     ``stage_correction.stage_slack``: the slowest stage's trailing weight gradients end the
-    pipeline, so its rank reduces last, §5.203); a mixed cluster keeps it (its arrays form,
+    pipeline, so its rank reduces last, §5.203), and DualPipe's (``Schedule.mirrored``) on
+    uneven stages from its order with its messages (``chunk_correction.order_slack``,
+    §5.225: an end rank lighter in parameters may end last); a mixed cluster keeps it (its arrays form,
     ``stage_correction.corrected_arrays``, reads the even run, and the columns time every
     rank on the slowest GPU). §5.93, §5.102, §5.112: ``python experiments/uneven_tail_gaps.py``."""
     p = job.plan
     sched = get_schedule(p.schedule)
-    if not job.cluster.uniform or (sched.splits_backward and (
+    slack = order_slack(job, costs) if sched.mirrored and not job.layout.uniform else None
+    if not job.cluster.uniform or (slack is None and sched.splits_backward and (
             p.vpp > 1 or sched.mirrored or job.layout.uniform)):
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
     again = r
-    if sched.splits_backward:
+    if slack is not None:
+        # DualPipe on uneven stages: each kind of rank's end from the order with its
+        # messages (``chunk_correction.order_slack``; §5.225)
+        again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                job.framework, job.system, rank_fields(job, None, costs),
+                                rank_ends=slack)
+    elif sched.splits_backward:
         # one chunk per rank on uneven stages: the even run's tail with each kind of rank's
         # compute end from the real stages' replay (``stage_correction.stage_slack``), where
         # the slowest stage's trailing weight gradients end the pipeline (§5.203)

@@ -19,7 +19,9 @@ Plannable (estimate, simulate, compare; ``search --fix schedule=dualpipe``, the 
 leaves it out): ``mirrored`` (rank ``r`` holds stages ``r`` and ``p-1-r``: twice the
 parameters, their gradients and optimizer states; the embedding and the LM head on both end
 ranks), the overlapped pairs as DualPipeV's (docs/schedules.md, "Overlapped pairs"), the
-span ``span_excess`` with ``n = p/2``. Uneven stages (``layers_per_stage``) are refused.
+span ``span_excess`` with ``n = p/2`` (the closed form; the estimate replays the order over
+each rank's own copies with its pipeline messages, ``estimate.chunk_correction.per_chunk``
+and ``order_messages``, docs/calibration.md §5.225). ``layers_per_stage`` is refused.
 """
 from __future__ import annotations
 

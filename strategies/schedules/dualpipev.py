@@ -16,7 +16,9 @@ leaves it out): the compiler runs each overlapped pair's forward and backward la
 in turn on the compute stream, each one's expert all-to-all beside the partner's next layer
 (docs/schedules.md, "Overlapped pairs"); the estimate's span is the order replayed
 (``replay.order_span``; ``span_excess`` over the ideal for balanced ranks) and its all-to-all
-is exposed only where it outlasts the partner's compute; the LM head
+is exposed only where it outlasts the partner's compute (the scalar estimate replays the
+order over each rank's own chunks with its pipeline messages, ``estimate.chunk_correction.
+order_messages``, docs/calibration.md §5.225); the LM head
 sits on rank 0 (the V), as with ZB-V.
 """
 from __future__ import annotations
