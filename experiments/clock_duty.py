@@ -16,7 +16,6 @@ for every job (``clock_duty.switched_on`` True).
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 from dataclasses import replace
 from unittest import mock
@@ -25,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.mlperf8b_terms import run_command  # noqa: E402
 from strategies.cost import overlap_clock  # noqa: E402
 from strategies.cost.stage import clock_duty  # noqa: E402
 from strategies.cost.stage.cost_arrays import record_of  # noqa: E402
@@ -32,7 +32,7 @@ from strategies.cost.stage.inputs import stage_inputs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.job import Job  # noqa: E402
 from strategies.plan_arrays import PlanArrays  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference, run_file_names  # noqa: E402
+from strategies.reference.cases import reference_cases, run_file_names  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "strategies",
                     "reference", "data")
@@ -58,23 +58,20 @@ def main() -> None:
     print("| file | row | measured s | off | on | T_c s | C s | factor | dp_comm s (on) |")
     print("|---|---|---|---|---|---|---|---|---|")
     tot: dict[str, list] = {}
-    for f in run_file_names(DATA):
-        rows = load_reference(os.path.join(DATA, f))
-        for r in rows:
-            c = case_from_entry(r, rows)
-            if c.skipped:
+    cases = ((f, c) for f in run_file_names(DATA)
+             for c in reference_cases([os.path.join(DATA, f)]) if not c.skipped)
+    for f, c in cases:
+        off = estimate(c.job)
+        with mock.patch.object(clock_duty, "switched_on", _on):
+            on = estimate(c.job)
+            if on.step_time_s == off.step_time_s:
                 continue
-            off = estimate(c.job)
-            with mock.patch.object(clock_duty, "switched_on", _on):
-                on = estimate(c.job)
-                if on.step_time_s == off.step_time_s:
-                    continue
-                t_c, comp, fac = window(c.job)
-            m = c.measured_step_s
-            e = (off.step_time_s / m - 1, on.step_time_s / m - 1)
-            tot.setdefault(f, []).append(e)
-            print(f"| {f} | {r['id']} | {m:.4f} | {100 * e[0]:+.1f} % | {100 * e[1]:+.1f} % | "
-                  f"{t_c:.4f} | {comp:.4f} | {fac:.4f} | {on.breakdown_s['dp_comm']:.4f} |")
+            t_c, comp, fac = window(c.job)
+        m = c.measured_step_s
+        e = (off.step_time_s / m - 1, on.step_time_s / m - 1)
+        tot.setdefault(f, []).append(e)
+        print(f"| {f} | {c.id} | {m:.4f} | {100 * e[0]:+.1f} % | {100 * e[1]:+.1f} % | "
+              f"{t_c:.4f} | {comp:.4f} | {fac:.4f} | {on.breakdown_s['dp_comm']:.4f} |")
     for f, v in tot.items():
         a = np.abs(np.array(v)).mean(axis=0) * 100
         print(f"\n{f}: {len(v)} rows moved, their MAPE off {a[0]:.2f} %, on {a[1]:.2f} %")
@@ -83,12 +80,7 @@ def main() -> None:
 def switch_on(argv: list[str]) -> None:
     """Run ``argv`` (a script path or ``-m MODULE``, then its arguments) with the switch on."""
     with mock.patch.object(clock_duty, "switched_on", _on):
-        if argv[0] == "-m":
-            sys.argv = argv[1:]
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = argv
-            runpy.run_path(argv[0], run_name="__main__")
+        run_command(argv)
 
 
 if __name__ == "__main__":

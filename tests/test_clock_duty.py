@@ -97,3 +97,14 @@ def test_simulator_reads_the_same_record():
     # the clock's seconds saved move the simulated step as they move the estimate's compute
     assert (off.step_time_s - on.step_time_s) == pytest.approx(
         est_off.step_time_s - est_on.step_time_s, rel=0.05)
+
+
+def test_lower_bound_reads_the_same_record():
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    def bound(job):
+        return float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                           PlanArrays.from_plans([job.plan]), job.framework,
+                                           job.system)[0])
+    on, off = _job(ON), _job()
+    assert bound(on) < bound(off)
+    assert bound(on) <= estimate(on).step_time_s
