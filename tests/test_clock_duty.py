@@ -108,3 +108,17 @@ def test_lower_bound_reads_the_same_record():
     on, off = _job(ON), _job()
     assert bound(on) < bound(off)
     assert bound(on) <= estimate(on).step_time_s
+
+
+def test_arrays_and_one_plan_agree():
+    plans = ["tp=1,pp=1,dp=8,mbs=2,gbs=16", "tp=1,pp=1,dp=8,mbs=1,gbs=8",
+             "tp=1,pp=1,dp=8,mbs=2,gbs=32", "tp=2,pp=1,dp=4,mbs=1,gbs=4"]
+    jobs = [_job(ON, p) for p in plans]
+    j = jobs[0]
+    many = stage_cost_arrays(j.model, j.cluster, j.dtype,
+                             PlanArrays.from_plans([x.plan for x in jobs]), j.framework, ON)
+    for i, x in enumerate(jobs):
+        one = _record(x)
+        assert many.slowdown[i] == pytest.approx(one.slowdown[0], rel=1e-12)
+        assert many.layer_bwd[i] == pytest.approx(one.layer_bwd[0], rel=1e-12)
+    assert 1.0 < many.slowdown[1] < 1 / R and many.slowdown[2] == 1.0
