@@ -175,12 +175,17 @@ def rule_off(argv: list[str]) -> None:
     """Run ``argv`` (a script path or ``-m MODULE``, then its arguments) with
     ``overlap_clock.dp_overlaps_whole_step`` False."""
     with mock.patch.object(overlap_clock, "dp_overlaps_whole_step", _no_whole_step):
-        if argv[0] == "-m":
-            sys.argv = argv[1:]
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = argv
-            runpy.run_path(argv[0], run_name="__main__")
+        run_command(argv)
+
+
+def run_command(argv: list[str]) -> None:
+    """Run ``argv`` in this process: a script path, or ``-m MODULE``, then its arguments."""
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":

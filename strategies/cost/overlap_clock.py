@@ -18,7 +18,7 @@ OVERLAP_CLOCK_RATIO = 0.88
 
 
 def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False,
-                     ep_paired: Num = False) -> Num:
+                     ep_paired: Num = False, dp_duty: Num | None = None) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
     (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
@@ -27,10 +27,33 @@ def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num =
     all-to-all of overlapped pairs (``ep_paired``: ``ep > 1`` with Megatron's combined 1F1B
     or a schedule that pairs, DualPipe's F&B). ``1/OVERLAP_CLOCK_RATIO`` then, else 1
     (gradient reduction overlapped with the last of several micro-batches only is too short
-    to move the clock)."""
-    busy = np.logical_and(tpo, tp > 1) | nccl_busy(cp, zero, dp_whole_step) \
+    to move the clock). ``dp_duty``: where the one-micro-batch reduction is the only case,
+    its factor instead (``duty_cycle_factor``; None: ``1/OVERLAP_CLOCK_RATIO``)."""
+    other = np.logical_and(tpo, tp > 1) | nccl_busy(cp, zero) \
         | np.asarray(ep_paired, dtype=bool)
-    return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+    whole = np.asarray(dp_whole_step, dtype=bool)
+    if dp_duty is None:
+        return np.where(other | whole, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+    return np.where(other, 1.0 / OVERLAP_CLOCK_RATIO, np.where(whole, dp_duty, 1.0))
+
+
+def duty_cycle_factor(t_comm: Num, compute: Num, ratio: float = OVERLAP_CLOCK_RATIO) -> Num:
+    """Factor (>= 1) on compute-bound kernel time when overlapped collectives keep the links
+    busy ``t_comm`` seconds of a compute window that takes ``compute`` seconds at the full
+    clock: inside the window the compute runs at ``ratio`` of its rate (the power limiter's
+    clock, ``OVERLAP_CLOCK_RATIO``), outside at its full rate. Work conservation: while
+    ``ratio·t_comm <= compute`` the window does ``ratio·t_comm`` of the work and the rest
+    runs after it, ``C' = t_comm + compute − ratio·t_comm = compute + (1 − ratio)·t_comm``;
+    a collective that outlasts the slowed compute slows all of it, ``C' = compute/ratio``.
+    So ``1 + (1 − ratio)·min(t_comm, compute/ratio)/compute``: 1 at ``t_comm = 0``,
+    ``1/ratio`` from ``t_comm = compute/ratio`` on (1 where ``compute`` is 0). Vectorised;
+    seconds."""
+    t = np.maximum(np.asarray(t_comm, dtype=float), 0.0)
+    c = np.asarray(compute, dtype=float)
+    pos = c > 0
+    c_safe = np.where(pos, c, 1.0)
+    f = 1.0 + (1.0 - ratio) * np.minimum(t, c_safe / ratio) / c_safe
+    return np.where(pos, f, 1.0)[()]
 
 
 def nccl_busy(cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:

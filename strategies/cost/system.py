@@ -27,7 +27,7 @@ from strategies.errors import SpecError
 from topologies.gpus import GIB
 
 _FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies",
-              "comm_sm_share")
+              "comm_sm_share", "overlap_clock_duty")
 
 #: Megatron-Core DDP's default gradient bucket, parameters: ``bucket_size = max(40000000,
 #: 1000000 * dp)`` when ``DistributedDataParallelConfig.bucket_size`` is None
@@ -121,6 +121,12 @@ class SystemConfig:
     #: their SMs, which the compute then runs without (``cost.sm_share``): 0 (default) the
     #: rule off; 1 the whole overlapped compute. docs/calibration.md §5.152
     comm_sm_share: float = 0.0
+    #: 1 where the one-micro-batch data-parallel reduction slows the SM clock only while its
+    #: collectives run (``overlap_clock.duty_cycle_factor`` of the reduce-scatter, or
+    #: all-reduce, and the overlapped parameter gather against the rank's compute; the
+    #: estimate's, the bound's and the simulator's record, ``stage.clock_duty``); 0 (default)
+    #: the whole step at ``1/OVERLAP_CLOCK_RATIO``. docs/calibration.md §5.226
+    overlap_clock_duty: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -29,7 +29,10 @@ Modules (imports point one way: ``inputs`` <- ``layers``, ``rank_params``, ``tp_
 * ``rank_params``: each kind of rank's parameters, optimizer, passes (``rank_param_fields``)
   and ``gather_width``;
 * ``tp_fields``: the fields the TP collectives' rules read (``tp_rule_fields``);
-* ``cost_arrays``: ``stage_cost_arrays`` (with ``comm_fields``, ``zero3_fields``);
+* ``cost_arrays``: ``stage_cost_arrays`` (with ``comm_fields``, ``zero3_fields``,
+  ``record_of``);
+* ``clock_duty``: ``duty_clock``, the one-micro-batch reduction's clock as a duty cycle
+  (``SystemConfig.overlap_clock_duty``);
 * ``chunks``: ``chunk_layers``, ``chunk_sum`` (the layers a chunk holds, by kind);
 * ``stage_params``: one job's ``stage_params_split``, ``stage_params``, ``copy_layers``,
   ``stage_rank_fields``;

@@ -20,6 +20,7 @@ from strategies.cost import tp_ends
 from strategies.cost.comm.links import keep_answer, memo_block
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage.array_record import Z3_KEYS, StageCostArrays
+from strategies.cost.stage.clock_duty import duty_clock
 from strategies.cost.stage.inputs import StageInputs, stage_inputs
 from strategies.cost.stage.offload_time import with_offload
 from strategies.cost.stage.layers import (blocking_small, kinds_by_name, layer_times,
@@ -84,8 +85,15 @@ def computed_stage_costs(m: ModelSpec, cl: Cluster, dtype: str,
                          framework: FrameworkProfile | str | None = None,
                          system: SystemConfig | None = None,
                          gpu: GPU | None = None) -> StageCostArrays:
-    """``stage_cost_arrays`` computed (never kept)."""
-    si = stage_inputs(m, cl, dtype, plans, framework, system, gpu)
+    """``stage_cost_arrays`` computed (never kept): ``record_of`` the plans' inputs, with
+    the one-micro-batch reduction's clock as a duty cycle where the system says
+    (``clock_duty.duty_clock``)."""
+    return duty_clock(stage_inputs(m, cl, dtype, plans, framework, system, gpu), record_of)
+
+
+def record_of(si: StageInputs) -> StageCostArrays:
+    """The stage-cost record of inputs ``si`` (their clock factor ``si.slow`` as given)."""
+    m, cl, dtype = si.m, si.cl, si.dtype
     P, fw, sy, gpu, full, zeros = si.P, si.fw, si.sy, si.gpu, si.full, si.zeros
     tp, dp, cp, ep, b = P.tp, P.dp, P.cp, P.ep, P.mbs
     rc, sp, flash, tpo = P.recompute, P.sp, P.flash_attn, P.tp_comm_overlap

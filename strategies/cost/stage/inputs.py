@@ -45,6 +45,7 @@ class StageInputs:
     zero_g: Any        # the ZeRO stage the gradients run with (comm_rules.grad_path)
     paired: Any        # the expert dispatch overlapped in pairs
     slow: Any          # overlap_clock.overlap_slowdown
+    whole: Any         # overlap_clock.dp_overlaps_whole_step
     shard_acc: Any     # grad_time.accum_shard
     dedup_bytes: Any   # ep_dispatch.ep_dedup
     dedup_remote: Any
@@ -103,5 +104,6 @@ def stage_inputs(m: ModelSpec, cl: Cluster, dtype: str,
                    P.recompute_layers, 0.0)
     return StageInputs(m=m, cl=cl, dtype=dtype, P=P, fw=fw, sy=sy, gpu=gpu, pad=pad, load=load,
                        mb=mb, copies=copies, once=once, zero_g=zero_g, paired=paired, slow=slow,
+                       whole=whole,
                        shard_acc=shard_acc, dedup_bytes=dedup_bytes, dedup_remote=dedup_remote,
                        disp=disp, lpc=lpc, zeros=zeros, share=share, cap=cap)
