@@ -92,17 +92,16 @@ def transcriber_main(argv: list[str] | None, description: str,
     ap.add_argument("--save-inputs", help="write the read inputs here")
     ap.add_argument("--out", default=out)
     a = ap.parse_args(argv)
+    from simulator.cli.common import atomic_write_text
     if a.sources:
         src = read_sources(a.sources)
         if a.save_inputs:
-            with open(a.save_inputs, "w", encoding="utf-8") as fh:
-                json.dump(src, fh, indent=1, sort_keys=True)
-                fh.write("\n")
+            atomic_write_text(a.save_inputs, json.dumps(src, indent=1, sort_keys=True) + "\n",
+                              "--save-inputs")
     else:
         with open(inputs, encoding="utf-8") as fh:
             src = json.load(fh)
-    with open(a.out, "w", encoding="utf-8") as fh:
-        fh.write(write_rows(src))
+    atomic_write_text(a.out, write_rows(src), "--out")
     return 0
 
 

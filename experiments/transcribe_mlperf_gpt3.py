@@ -35,6 +35,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from experiments import mlperf_log  # noqa: E402
+from simulator.cli.common import atomic_write_text  # noqa: E402
 OUT = os.path.join(ROOT, "strategies", "reference", "data", "heldout_mlperf_gpt3.json")
 INPUTS = os.path.join(ROOT, "strategies", "reference", "sources", "heldout_mlperf_gpt3_inputs.json")
 
@@ -456,8 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print("identical" if same else "differs")
         return 0 if same else 1
     for p, t in ((OUT, data), (INPUTS, inputs)):
-        with open(p, "w") as fh:
-            fh.write(t)
+        atomic_write_text(p, t)
     print(f"wrote {OUT} ({data.count(chr(10) + ' {')} rows) and {INPUTS}")
     return 0
 

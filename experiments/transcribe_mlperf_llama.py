@@ -21,7 +21,6 @@ median over result files of those medians (``step_time``).
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -474,23 +473,9 @@ def dump(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sources", nargs="+", help="results mirrors, in REPOS order")
-    ap.add_argument("--save-inputs", help="write the read inputs here")
-    ap.add_argument("--out", default=os.path.join(ROOT, OUT))
-    a = ap.parse_args(argv)
-    if a.sources:
-        src = read_sources(a.sources)
-        if a.save_inputs:
-            with open(a.save_inputs, "w", encoding="utf-8") as fh:
-                json.dump(src, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-    else:
-        with open(os.path.join(ROOT, INPUTS), encoding="utf-8") as fh:
-            src = json.load(fh)
-    with open(a.out, "w", encoding="utf-8") as fh:
-        fh.write(dump(transcribe(src)))
-    return 0
+    return mlperf_log.transcriber_main(
+        argv, __doc__.split("\n")[0], read_sources, lambda src: dump(transcribe(src)),
+        os.path.join(ROOT, INPUTS), os.path.join(ROOT, OUT))
 
 
 if __name__ == "__main__":
