@@ -120,13 +120,15 @@ def test_one_bucket_tail_in_closed_form():
 @pytest.mark.parametrize("fw", ["megatron-core", "nemo"])
 def test_rule_moves_estimate_and_simulation_together_1f1b(fw):
     """1F1B, pp 2: with the rule the estimate meets the contention-free simulation within
-    0.2 % (-0.127 % Megatron-Core, +0.158 % NeMo; §5.194: the simulated program gathers
+    0.3 % (+0.227 % Megatron-Core, +0.236 % NeMo; -0.127 / +0.158 % while the estimate
+    priced each kind of rank's buckets as one call, §5.227; §5.194: the simulated program gathers
     each stage's buckets at its first forward, and the forward of the layers whose attention
     is in the last gathered bucket (at least the last layer) runs after the whole gather, on
     both sides). What is left
-    (Megatron-Core, -0.069 ms): rank 0's nine reduce-scatter and nine gather calls each pay
-    their latency in the simulation, where the estimate prices one call of each (-0.152 ms
-    each); the estimate's window of the last backward leaves out its exposed TP all-gathers
+    (Megatron-Core, +0.124 ms): rank 0's nine reduce-scatter and nine gather calls each pay
+    their latency on both sides now (the estimate's ``DpCalls.bucket_calls``, §5.227: it
+    priced one call of each, -0.152 ms each, -0.069 ms left then, and the gathers' share
+    is partly under the forward); the estimate's window of the last backward leaves out its exposed TP all-gathers
     and the embedding's backward, which the simulated reduction runs beside (+0.089 ms);
     the first forward's TP collectives of the layers before the last bucket run while the
     simulated rank waits for the next gather (+0.137 ms), and its embedding's forward
@@ -135,7 +137,7 @@ def test_rule_moves_estimate_and_simulation_together_1f1b(fw):
     on, off = _job(ONE_F_ONE_B, fw), _job(ONE_F_ONE_B, _bucketed_everywhere(fw))
     (e1, s1), (e0, s0) = ((estimate(j).step_time_s,
                            simulate(j, network="contention-free").step_time_s) for j in (on, off))
-    assert e1 == pytest.approx(s1, rel=2e-3)
+    assert e1 == pytest.approx(s1, rel=3e-3)
     assert e1 > e0 and s1 > s0
 
 

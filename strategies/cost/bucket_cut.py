@@ -66,13 +66,15 @@ def chunk_items(head: Any, layers: Iterable[tuple[Any, Any]], tail: Any,
 
 
 def chunk_cut(size: Any, head: Any, layer: Any, lead: Any, layers: Any, tail: Any,
-              pre: Any = 0.0, pre_n: int = 0) -> tuple[np.ndarray, np.ndarray]:
+              pre: Any = 0.0, pre_n: int = 0, calls: bool = False) -> tuple:
     """``greedy_cut`` of a chunk of ``layers`` like layers (``layer`` parameters each,
     ``lead`` of them its MLP's), arrays over plans (broadcast): ``chunk_items(head, layers,
     tail, pre_n x [pre])``. Returns ``(first, last)``: the index of the item the first
     bucket closes with (``1 + pre_n + 2·j`` layer ``j``'s lead, ``+ 1`` its rest, counted
     from the chunk's last layer; ``1 + pre_n + 2·layers`` or more: the embedding or the
-    remainder) and the last bucket's parameters (the remainder, else the last full one).
+    remainder) and the last bucket's parameters (the remainder, else the last full one);
+    with ``calls``, third, how many buckets the chunk is cut into (each one collective call
+    of the data-parallel group: ``start_grad_sync``/``start_param_sync`` per bucket group).
     Each distinct row is cut once."""
     cols = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
                                  (size, head, layer, lead, np.rint(layers), tail, pre)))
@@ -83,10 +85,13 @@ def chunk_cut(size: Any, head: Any, layer: Any, lead: Any, layers: Any, tail: An
     own = ((np.where(j < n, lp, 0.0), np.where(j < n, ap, 0.0)) for j in range(count))
     first = np.full(len(pick), float(2 * count + 2 + pre_n))
     last = np.zeros(len(pick))
+    n_b = np.zeros(len(pick))
     for i, c in enumerate(greedy_cut(chunk_items(h, own, tl, [pr] * pre_n), B)):
         first = np.where((c > 0) & (first > i), i, first)
         last = np.where(c > 0, c, last)
-    return first[inv].reshape(cols[0].shape), last[inv].reshape(cols[0].shape)
+        n_b = n_b + (c > 0)
+    out = (first[inv].reshape(cols[0].shape), last[inv].reshape(cols[0].shape))
+    return out + (n_b[inv].reshape(cols[0].shape),) if calls else out
 
 
 def _distinct_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -29,6 +29,9 @@ class BucketWindows:
     ``lead_layers_k`` the layers whose attention is in that bucket, at least one (all
     where it is one),
     ``whole_k`` the share of its parameters in one bucket (0 where the size rule applies);
+    ``calls_k`` how many buckets, each one collective call, its parameters are reduced and
+    gathered in where it runs one chunk (1 where they are one bucket; interleaved and
+    DualPipe: 1, their chunks priced apart);
     ``r_f`` rank 0's forward share of its compute, ``slack`` each kind of rank's compute end
     before the pipeline's (``rank_slack``)."""
 
@@ -38,12 +41,14 @@ class BucketWindows:
     lead_k: list
     lead_layers_k: list
     whole_k: list
+    calls_k: list
     r_f: Any
     slack: tuple
 
 
 def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
-                mtp: tuple = (0.0, 0.0, 0), layers: bool = False) -> tuple:
+                mtp: tuple = (0.0, 0.0, 0), layers: bool = False,
+                calls: bool = False) -> tuple:
     """``(lead, last)`` of a chunk of ``n`` mean layers cut as Megatron-Core cuts it
     (``bucket_cut.chunk_cut``; the simulator's ``grad_buckets.chunk_buckets`` reads the same
     rule): ``head`` the output layer's parameters there, ``mtp`` ``(parameters, backward
@@ -55,11 +60,11 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
     embedding or the remainder closes it); ``last``: the last bucket's parameters;
     with ``layers``, third, how many of the chunk's last layers have their attention in the
     first bucket, at least one (the next step's forward of these waits for its gather, the
-    last: §5.194). Arrays
-    over plans; parameters, seconds."""
+    last: §5.194); with ``calls`` (and ``layers``), fourth, how many buckets the chunk is
+    cut into (``bucket_cut.chunk_cut``). Arrays over plans; parameters, seconds."""
     mtp_p, mtp_t, mtp_n = mtp
-    first, last = chunk_cut(sc.bucket_params, head, sc.layer_params, sc.layer_lead_params, n,
-                            tail, mtp_p, mtp_n)
+    first, last, n_b = chunk_cut(sc.bucket_params, head, sc.layer_params,
+                                 sc.layer_lead_params, n, tail, mtp_p, mtp_n, calls=True)
     t_l = sc.layer_bwd + sc.layer_recompute
     t_lead = t_l - lead_tail(sc.layer_bwd - sc.attn_bwd, sc.attn_bwd, sc.layer_lead_work)
     j, rest = np.divmod(np.maximum(first - 1 - mtp_n, 0.0), 2.0)
@@ -70,8 +75,9 @@ def cut_windows(sc: StageCostArrays, n: Any, head: Any, tail: Any, window: Any,
         return lead, last
     # the layers whose attention is in the first bucket, at least the last one (its MLP
     # is): what the next forward runs after that bucket's gather (``FillGathers``)
-    return lead, last, np.where(first < 1 + mtp_n, 0.0,
-                                np.minimum(np.maximum(j + rest, 1.0), np.rint(n)))
+    out = (lead, last, np.where(first < 1 + mtp_n, 0.0,
+                                np.minimum(np.maximum(j + rest, 1.0), np.rint(n))))
+    return out + (n_b,) if calls else out
 
 
 def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile,
@@ -111,12 +117,12 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
         np.where(pp == 1, mk.layer_bwd + mk.layer_recompute, 0.0))
     # the three kinds cut at once (rows 0, 1, 2)
     zero = 0.0 * window
-    lead_c, last_c, layers_c = cut_windows(
+    lead_c, last_c, layers_c, calls_c = cut_windows(
         sc, np.stack([n_k[k] / chunks + zero for k in K]),
         np.stack([head_k[k] + zero for k in K]), np.stack([tail_k[k] + zero for k in K]),
         np.stack([window_k[k] + zero for k in K]),
         (np.stack([mtp_p + zero, zero, zero]), np.stack([mtp_t + zero, zero, zero]),
-         mtp_modules if mk is not None else 0), layers=True)
+         mtp_modules if mk is not None else 0), layers=True, calls=True)
     # Megatron-Core cuts only pipeline rank 0's first chunk into buckets
     # (``BucketRule.chunk_bucketed``, §5.92): every other rank's chunk is one bucket, so its
     # first bucket is its whole last backward, and its last one its chunk (``whole_k``: that
@@ -128,6 +134,12 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
                for k in K]
     lead_k = [np.where(whole_k[k] > 0, window_k[k], lead_c[k]) for k in K]
     lead_layers_k = [np.where(whole_k[k] > 0, n_k[k] / chunks, layers_c[k]) for k in K]
+    # each bucket one call of the group (Megatron-Core's ``register_grad_ready`` launches a
+    # bucket group's reduce-scatter once its gradients are complete, ``finish_param_sync``
+    # dispatches the next bucket's gather: param_and_grad_buffer.py @d98e8a6), so a rank
+    # that runs one chunk pays the ring's per-call latency once a bucket (§5.227)
+    calls_k = [np.where(one & (whole_k[k] <= 0), np.maximum(calls_c[k], 1.0), 1.0)
+               for k in K]
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
@@ -135,4 +147,4 @@ def bucket_windows(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile
                        dispatch(sched, "end_skew", f_share, w_share) * t_fill)
     return BucketWindows(last_k=tuple(last_c), emb_k=tail_k, window_k=window_k, lead_k=lead_k,
                          lead_layers_k=lead_layers_k,
-                         whole_k=whole_k, r_f=r_f, slack=slack)
+                         whole_k=whole_k, calls_k=calls_k, r_f=r_f, slack=slack)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from strategies.cost import comm as cm
 from strategies.cost.comm.dp_groups import replica_overlap, replica_time
 from strategies.cost.sm_share import NO_SMS, WindowSMs
@@ -64,6 +66,19 @@ class DpCalls:
         return cm.dp_collective_time(kind, nbytes, self.pr_k[k] * scale * share,
                                      self.pe_k[k] * scale * share, self.tp, self.cp, self.dp,
                                      self.ep, self.etp, self.cl, self.dps)
+
+    def bucket_calls(self, kind: str, nbytes: Any, k: int, last: Any, calls: Any) -> Any:
+        """Seconds of collective ``kind`` over rank kind ``k``'s parameters issued as
+        ``calls`` buckets, one call each (Megatron-Core: one ``start_grad_sync`` or
+        ``start_param_sync`` per bucket group), the last ``last`` of the parameters and the
+        others the rest in equal shares: ``(calls − 1)·one_bucket((1 − last)/(calls − 1))
+        + one_bucket(last)`` (``time`` at one call): the bytes' time once and the ring's
+        per-call latency once a bucket, as the simulator's buckets run
+        (docs/calibration.md §5.227)."""
+        rest = np.maximum(calls - 1.0, 1.0)
+        many = rest * self.one_bucket(kind, nbytes, k, (1.0 - last) / rest) \
+            + self.one_bucket(kind, nbytes, k, last)
+        return np.where(calls > 1, many, self.time(kind, nbytes, k))
 
     def rep_bucket(self, k: int, share: Any, nbytes: Any = None) -> Any:
         """Hybrid sharding: the replicas' all-reduce inside a reduce-scatter's seconds

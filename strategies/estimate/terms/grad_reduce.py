@@ -103,27 +103,37 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                         np.minimum(1.0, last_k[k] / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
                           one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
+        # the buckets' calls queued under the window: the ring's per-call latency once a
+        # bucket (``BucketWindows.calls_k``, §5.227); with one bucket the whole call
+        n_b = win.calls_k[k]
+        if np.any(n_b > 1):
+            t_queue = t_grad + np.where(full, *(
+                calls.bucket_calls(kind, gb, k, last, n_b) - calls.time(kind, gb, k)
+                for kind in ("allreduce", "reduce_scatter")))
+            t_agq = calls.bucket_calls("allgather", gw_k[k], k, last, n_b)
+        else:
+            t_queue, t_agq = t_grad, t_ag_k[k]
         # (overlapped: all but the first bucket beside the next forward, which their SMs
         # slow, ``sm_share.overlap_extra``; the simulator's ``metrics.rank_ends`` alike)
         ag_edge = ag_edge_k[k]
         ag_fwd = n_k[k] * sc.layer_fwd
-        ag_over = np.maximum(t_ag_k[k] - ag_fwd, ag_edge)
+        ag_over = np.maximum(t_agq - ag_fwd, ag_edge)
         if calls.sms.sm and calls.sms.nccl:
-            ag_over = ag_over + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
+            ag_over = ag_over + calls.sms.extra(t_agq - ag_edge, ag_fwd, calls.sms.nccl)
         ag = np.where(opg, ag_over, t_ag_k[k])
         # at the stage's first forward (§5.194): each bucket's gather is dispatched where the
         # forward waits for the bucket before it (``finish_param_sync``), in forward order
         # (the embedding's first), each layer's forward between the waits
         # (``fill_gathers.fill_gather_wait``, ``stacks.param_gather_wait``; the simulator's
         # ``FillGathers``); a rank past the first reduced as one bucket waits for it whole
-        fill = np.maximum(t_ag_k[k] - ag_fwd + win.lead_layers_k[k] * sc.layer_fwd, ag_edge)
+        fill = np.maximum(t_agq - ag_fwd + win.lead_layers_k[k] * sc.layer_fwd, ag_edge)
         if on_fill_any:
             cut = fill_gather_wait(
                 sc, f_layer, n_k[k], sc.head_params if k == 2 else 0.0, win.emb_k[k],
                 lambda params: one_bucket("allgather", gw_k[k], k, params / pr_k[k]))
             fill = np.where(whole_k[k] > 0, fill, cut)
         if calls.sms.sm and calls.sms.nccl:
-            fill = fill + calls.sms.extra(t_ag_k[k] - ag_edge, ag_fwd, calls.sms.nccl)
+            fill = fill + calls.sms.extra(t_agq - ag_edge, ag_fwd, calls.sms.nccl)
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
@@ -144,8 +154,8 @@ def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, d
                                                      calls.sms,
                                                      t_bc / np.maximum(t_bc + t_p2p, 1e-300)),
                         np.where(ends_k, mirror_over,
-                                 lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
-                                                                 lead_k[k], 0.0),
+                                 lanes_exposed(t_queue + np.where((v == 1) & ~mirrored,
+                                                                  lead_k[k], 0.0),
                                                rep, window_k[k], t_edge, own_lane,
                                                sms=calls.sms)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0),
