@@ -14,6 +14,7 @@ import pytest
 from experiments.bound_mixed_gpus import (dense_case, even_pipelined_jobs, moe_case, schedules_case,
                                           spanning_case, toy)
 from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.kinds import with_kind_rows
 from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
@@ -45,8 +46,12 @@ def test_pipelined_arrays_equal_scalar_on_seeded_mixed_plans():
     spanning = 0
     for job in jobs:
         e = estimate(job)
-        a = estimate_arrays_mixed(job.model, job.cluster, job.dtype,
-                                  PlanArrays.from_plans([job.plan]), job.framework)
+        P = PlanArrays.from_plans([job.plan])
+        a = estimate_arrays_mixed(job.model, job.cluster, job.dtype, P, job.framework)
+        # DualPipe's rows, as the search prices them: the scalar's order with its messages
+        # (``estimate.kinds.kind_rows``, docs/calibration.md §5.225)
+        a = with_kind_rows(job.model, job.cluster, job.dtype, P, a, lambda i: job.plan,
+                           None, job.system)
         want = {"step_time_s": e.step_time_s, "mfu": e.mfu, "hfu": e.hfu,
                 "tokens_per_s": e.tokens_per_s, "bubble_fraction": e.bubble_fraction}
         for k in KEYS:
