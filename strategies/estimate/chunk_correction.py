@@ -180,7 +180,7 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     (``"order_messages"``: each rank's end, ``order_slack``)."""
     from strategies.cost import comm as cm
     from strategies.schedules.analysis import event_seconds
-    from strategies.schedules.message_replay import message_ranks
+    from strategies.schedules.message_replay import message_order, replay_messages
     p = job.plan
     sched = get_schedule(p.schedule)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
@@ -190,10 +190,12 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     times, pairs = timed
     seconds = event_seconds(sched, p.pp, p.vpp, 0.0, 0.0, chunk_times=times,
                             pair_seconds=pairs)
-    m, g = job.num_microbatches, p.microbatch_group_size
-    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: message_ranks(
-        sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g))
-    free = message_ranks(sched, p.pp, m, p.vpp, seconds, 0.0, 0.0, g).makespan
+    # the order is the shape's (kept); each kind of pass timed once for both runs
+    order = message_order(sched, p.pp, job.num_microbatches, p.vpp, p.microbatch_group_size)
+    dur = [seconds(rk, x) for rk, x in order.sigs]
+    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: replay_messages(
+        order, dur, t_p2p - t_gather, t_gather))
+    free = replay_messages(order, dur, 0.0, 0.0).makespan
     own = run.exposed_comm(rank)
     return own - float(r["pp_comm"]), run.makespan - free - own
 
