@@ -6,6 +6,7 @@ pipeline messages of DualPipe's and DualPipeV's order (``order_messages``), and 
 which plans take it (``by_chunk``)."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from strategies.estimate.stage_correction import corrected, messages_shift
@@ -75,11 +76,19 @@ def chunk_passes(job: Job, rank: int) -> list[int]:
     step: ``num_microbatches`` each, but DualPipe's two copies (``Schedule.mirrored``), which
     take half each (its order, ``Schedule.steps``, counted)."""
     p, m = job.plan, job.num_microbatches
-    sched = get_schedule(p.schedule)
-    if not (sched.mirrored and p.pp > 1):
+    if not (get_schedule(p.schedule).mirrored and p.pp > 1):
         return [m] * p.vpp
-    steps = sched.steps(rank, p.pp, m, p.vpp, p.microbatch_group_size)
-    return [sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2)]
+    return list(_mirrored_passes(p.schedule, rank, p.pp, m, p.vpp, p.microbatch_group_size))
+
+
+@lru_cache(maxsize=1024)
+def _mirrored_passes(schedule: str, rank: int, pp: int, m: int, vpp: int,
+                     group_size: int | None) -> tuple[int, int]:
+    """``chunk_passes`` of a mirrored schedule's rank: its forwards through each copy, counted
+    on its order (``Schedule.steps``) once per shape (an estimate asks for each rank's
+    dozens of times)."""
+    steps = get_schedule(schedule).steps(rank, pp, m, vpp, group_size)
+    return tuple(sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2))
 
 
 def chunk_shares(job: Job, rank: int) -> list[float]:
