@@ -40,25 +40,32 @@ def _program(sched: Any, rank: int, pp: int, m: int, vpp: int,
     out: list[tuple] = []
     group: list = []
     for a in sched.actions(rank, pp, m, vpp, group_size):
-        if isinstance(a, Exchange):
+        if a.__class__ is Exchange or isinstance(a, Exchange):
             if group:
                 raise AssertionError("an exchange inside an overlapped group")
-            sends = tuple(((d, i, vs(rank, c, pp, vpp, i)), ("F" if d == "fwd" else "B", i, c))
-                          for d, i, c in a.sends)
-            recvs = tuple((d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
-                          for d, i, c in a.recvs)
+            sends = tuple([((d, i, vs(rank, c, pp, vpp, i)), ("F" if d == "fwd" else "B", i, c))
+                           for d, i, c in a.sends])
+            recvs = tuple([(d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
+                           for d, i, c in a.recvs])
             out.append(("x", sends, recvs))
             continue
         group.append(a)
         if a.overlap:
             continue
-        out.append(("c", tuple((s.kind, s.chunk) for s in group),
-                    tuple((s.kind, s.microbatch, s.chunk) for s in group)))
+        out.append(_pass(group))
         group = []
     if group:
-        out.append(("c", tuple((s.kind, s.chunk) for s in group),
-                    tuple((s.kind, s.microbatch, s.chunk) for s in group)))
+        out.append(_pass(group))
     return out
+
+
+def _pass(group: list) -> tuple:
+    """``("c", members, produced)`` of an overlapped group of steps (or one step)."""
+    if len(group) == 1:
+        s = group[0]
+        return "c", ((s.kind, s.chunk),), ((s.kind, s.microbatch, s.chunk),)
+    return ("c", tuple([(s.kind, s.chunk) for s in group]),
+            tuple([(s.kind, s.microbatch, s.chunk) for s in group]))
 
 
 @dataclass(frozen=True)
@@ -162,8 +169,8 @@ def message_order(sched: Any, pp: int, m: int, vpp: int,
             if item[0] == "c":
                 _, members, steps = item
                 k = sig_of.setdefault((r, members), len(sig_of))
-                ops.append((0, r, k, tuple(slot_of.setdefault((r, x), len(slot_of))
-                                           for x in steps)))
+                ops.append((0, r, k, tuple([slot_of.setdefault((r, x), len(slot_of))
+                                            for x in steps])))
                 pos[r] += 1
                 continue
             _, sends, recvs = item
@@ -175,11 +182,15 @@ def message_order(sched: Any, pp: int, m: int, vpp: int,
                     todo.extend(waiting.pop(key, ()))
                 if out:
                     ops.append((1, r, tuple(out)))
-            late = next((k for k in recvs if k not in key_of), None)
+            late = None
+            for k in recvs:
+                if k not in key_of:
+                    late = k
+                    break
             if late is not None:
                 waiting.setdefault(late, []).append(r)
                 break
-            ops.append((2, r, tuple(key_of[k] for k in recvs)))
+            ops.append((2, r, tuple([key_of[k] for k in recvs])))
             pos[r] += 1
     stuck = [r for r in range(pp) if pos[r] < len(progs[r])]
     if stuck:
