@@ -9,8 +9,9 @@ Target: >= 20,000 plans/s for the estimate. Prints figures (``--json`` for a rec
 
 ``--scalar``: each figure in a fresh process, best of ``--repeat``, alternately in this tree
 and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms
-of ``estimate(job)`` for four jobs (``SCALAR_JOBS``: dense without and with an interleaved
-pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline), its first call in the process and
+of ``estimate(job)`` for six jobs (``SCALAR_JOBS``: dense without and with an interleaved
+pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline, the published DeepSeek-V3 row's
+DualPipe plan and a DualPipeV one, whose messages are replayed on their order), its first call in the process and
 the mean of 5 calls after it; the wall and CPU seconds of ``paraplan estimate`` on the first
 job (``CLI``, bytecode cached by a warm-up run); and of ``experiments/reference_mape.py``
 (every reference row through ``validate --no-sim``). Not a test: figures depend on the host
@@ -19,6 +20,7 @@ job (``CLI``, bytecode cached by a warm-up run); and of ``experiments/reference_
     python experiments/bench_estimate.py
     python experiments/bench_estimate.py --plans 500000 --json
     python experiments/bench_estimate.py --scalar --tree /tmp/before --repeat 3
+    python experiments/bench_estimate.py --scalar --tree /tmp/before --repeat 3 --no-mape
 """
 from __future__ import annotations
 
@@ -82,6 +84,13 @@ SCALAR_JOBS = [
     ("moe", "mixtral-8x7b", "dgx-h100:4", "tp=2,pp=2,dp=8,ep=8,mbs=1,gbs=256"),
     ("dsv3-pp16-uneven", "deepseek-v3", "dgx-h100:128",
      "tp=1,pp=16,dp=64,ep=64,mbs=1,gbs=2048,first_stage_layers=1,last_stage_layers=4"),
+    # the published DeepSeek-V3 row's plan (deepseekv3_report_h800_2048) under DualPipe: its
+    # messages replayed on the order (message_replay, docs/calibration.md §5.225)
+    ("dsv3-dualpipe-row", "deepseek-v3", "hgx-h800:256",
+     "tp=1,pp=16,dp=128,ep=64,mbs=1,gbs=15360,schedule=dualpipe,recompute=selective,"
+     "recompute_modules=layernorm+moe_act+mla_up_proj,moe_dispatcher=deepep,"
+     "first_stage_layers=1,last_stage_layers=4"),
+    ("llama-dualpipev", "llama3-8b", "dgx-h100:1", "tp=2,pp=4,mbs=1,gbs=16,schedule=dualpipev"),
 ]
 #: the child program of the per-call figures (run in the tree; prints one JSON object)
 SCALAR_CHILD = """
@@ -116,8 +125,9 @@ def child(tree: Path, argv: list[str], env: dict | None = None) -> tuple[float, 
     return wall, cpu, got.stdout
 
 
-def scalar_figures(tree: Path) -> dict[str, float]:
-    """One round of the scalar figures in ``tree`` (each in a fresh process)."""
+def scalar_figures(tree: Path, mape: bool = True) -> dict[str, float]:
+    """One round of the scalar figures in ``tree`` (each in a fresh process); ``mape``:
+    ``reference_mape.py``'s too."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     prog = f"JOBS = {SCALAR_JOBS!r}\n" + SCALAR_CHILD
     out = {k + " ms": v for k, v in
@@ -128,12 +138,14 @@ def scalar_figures(tree: Path) -> dict[str, float]:
     cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
     child(tree, cli, cached)                # writes the bytecode the timed run reads
     out["cli estimate wall s"], out["cli estimate cpu s"], _ = child(tree, cli, cached)
+    if not mape:
+        return out
     wall, cpu, _ = child(tree, [sys.executable, "experiments/reference_mape.py"], env)
     out["reference_mape wall s"], out["reference_mape cpu s"] = wall, cpu
     return out
 
 
-def scalar_main(tree: str | None, repeat: int, as_json: bool) -> None:
+def scalar_main(tree: str | None, repeat: int, as_json: bool, mape: bool = True) -> None:
     """Best of ``repeat`` rounds of ``scalar_figures``, alternately in each tree."""
     trees = [("this", ROOT)] + ([("before", Path(tree))] if tree else [])
     best: dict[str, dict[str, float]] = {name: {} for name, _ in trees}
@@ -141,7 +153,7 @@ def scalar_main(tree: str | None, repeat: int, as_json: bool) -> None:
     for _ in range(repeat):
         for name, path in trees:
             loads.append(os.getloadavg()[0])
-            for k, v in scalar_figures(path).items():
+            for k, v in scalar_figures(path, mape).items():
                 best[name][k] = min(v, best[name].get(k, v))
     if as_json:
         print(json.dumps({"best_of": repeat, "load": [min(loads), max(loads)], **best},
@@ -161,9 +173,11 @@ def main() -> None:
     ap.add_argument("--scalar", action="store_true",
                     help="the one-plan estimate's figures (fresh processes) instead")
     ap.add_argument("--tree", help="with --scalar: an earlier checkout, run alternately")
+    ap.add_argument("--no-mape", action="store_true",
+                    help="with --scalar: leave reference_mape.py out (35 s a round)")
     args = ap.parse_args()
     if args.scalar:
-        scalar_main(args.tree, args.repeat, args.json)
+        scalar_main(args.tree, args.repeat, args.json, not args.no_mape)
         return
     rows = bench(args.plans, args.repeat)
     if args.json:
