@@ -8,14 +8,14 @@ lower bound (``strategies.estimate.lower_bound``), the other two per-plan scores
 Target: >= 20,000 plans/s for the estimate. Prints figures (``--json`` for a record).
 
 ``--scalar``: each figure in a fresh process, best of ``--repeat``, alternately in this tree
-and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms
-of ``estimate(job)`` for six jobs (``SCALAR_JOBS``: dense without and with an interleaved
-pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline, the published DeepSeek-V3 row's
-DualPipe plan and a DualPipeV one, whose messages are replayed on their order), its first
-call in the process and the mean of 5 calls after it; the wall and CPU seconds of ``paraplan estimate`` on the first
-job (``CLI``, bytecode cached by a warm-up run); and of ``experiments/reference_mape.py``
-(every reference row through ``validate --no-sim``). Not a test: figures depend on the host
-(the 1-minute load is printed).
+and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms of
+``estimate(job)`` for six jobs (``SCALAR_JOBS``: dense without and with an interleaved
+pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline, the published DeepSeek-V3 row's DualPipe
+plan and a DualPipeV one, whose messages are replayed on their order), its first call in the
+process and the mean of 5 calls after it; the wall and CPU seconds of ``paraplan estimate`` on
+the first job (``CLI``, bytecode cached by a warm-up run); and of
+``experiments/reference_mape.py`` (every reference row through ``validate --no-sim``). Not a
+test: figures depend on the host (the 1-minute load is printed).
 
     python experiments/bench_estimate.py
     python experiments/bench_estimate.py --plans 500000 --json

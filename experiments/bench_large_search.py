@@ -1,11 +1,11 @@
 """Wall and CPU seconds of the searches that took minutes on a 2,048-GPU preset (the rows of
 ``experiments/preset_matrix.py``'s sweep, docs/reports/preset_matrix.md), of the README's
 default search and of three small searches over DualPipe/DualPipeV plans, each in its own
-process as a user runs it; with ``--tree DIR`` (an earlier checkout, ``git archive COMMIT |
-tar -x -C DIR``) each run alternates with the same search there and the two JSON reports are
+process as a user runs it; with ``--tree DIR`` (an earlier checkout, ``git archive COMMIT | tar
+-x -C DIR``) each run alternates with the same search there and the two JSON reports are
 compared byte for byte without the timing fields (``wall_s``; ``--without KEY`` drops more
-keys, e.g. ``events``, the count of events simulated, which folding more ranks lowers). Prints figures (the median and the least of ``--repeat``
-runs); asserts nothing.
+keys, e.g. ``events``, the count of events simulated, which folding more ranks lowers). Prints
+figures (the median and the least of ``--repeat`` runs); asserts nothing.
 On a shared machine the wall clock mostly measures the other users: compare CPU seconds too.
 
     python experiments/bench_large_search.py --tree /tmp/before --repeat 2
