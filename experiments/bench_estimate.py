@@ -11,8 +11,9 @@ Target: >= 20,000 plans/s for the estimate. Prints figures (``--json`` for a rec
 and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms of
 ``estimate(job)`` for six jobs (``SCALAR_JOBS``: dense without and with an interleaved
 pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline, the published DeepSeek-V3 row's DualPipe
-plan and a DualPipeV one, whose messages are replayed on their order), its first call in the
-process and the mean of 5 calls after it; the wall and CPU seconds of ``paraplan estimate`` on
+plan and a DualPipeV one, whose messages are replayed on their order), and of the published
+row itself (its reference case, ``ROW_CHILD``), its first call in the process and the mean of 5
+calls after it; the wall and CPU seconds of ``paraplan estimate`` on
 the first job (``CLI``, bytecode cached by a warm-up run); and of
 ``experiments/reference_mape.py`` (every reference row through ``validate --no-sim``). Not a
 test: figures depend on the host (the 1-minute load is printed).
@@ -114,6 +115,23 @@ print(json.dumps(out))
 """
 
 
+#: the published DeepSeek-V3 row itself (its reference case's job: 64 layers, hai-llm, FP8), in
+#: a child of its own so that no other job warms its DualPipe order
+ROW_CHILD = """
+import json, sys, time
+sys.path.insert(0, '.')
+from strategies.estimate.scalar import estimate
+from strategies.reference.cases import reference_cases
+job = next(c.job for c in reference_cases(['strategies/reference/data/published_2026.json'])
+           if c.id == 'deepseekv3_report_h800_2048')
+t0 = time.process_time(); estimate(job); t1 = time.process_time()
+for _ in range(5):
+    estimate(job)
+print(json.dumps({'dsv3 row case first': (t1 - t0) * 1e3,
+                  'dsv3 row case again': (time.process_time() - t1) / 5 * 1e3}))
+"""
+
+
 def child(tree: Path, argv: list[str], env: dict | None = None) -> tuple[float, float, str]:
     """Run ``argv`` in ``tree``: (wall s, CPU s of the child, its stdout)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -132,6 +150,8 @@ def scalar_figures(tree: Path, mape: bool = True) -> dict[str, float]:
     prog = f"JOBS = {SCALAR_JOBS!r}\n" + SCALAR_CHILD
     out = {k + " ms": v for k, v in
            json.loads(child(tree, [sys.executable, "-c", prog], env)[2].splitlines()[-1]).items()}
+    out.update({k + " ms": v for k, v in json.loads(
+        child(tree, [sys.executable, "-c", ROW_CHILD], env)[2].splitlines()[-1]).items()})
     _, m, c, p = SCALAR_JOBS[0]
     cli = [sys.executable, "-m", "simulator.cli", "estimate", "--model", m, "--cluster", c,
            "--plan", p]
