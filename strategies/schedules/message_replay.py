@@ -31,11 +31,14 @@ from strategies.schedules.exchanges import Exchange
 Members = tuple[tuple[str, int], ...]
 
 
-def _program(sched: Any, rank: int, pp: int, m: int, vpp: int,
-             group_size: int | None) -> list[tuple]:
-    """``rank``'s actions as items: ``("x", sends, recvs)`` (message keys ``(direction,
-    microbatch, sender's position)``) and ``("c", members, produced)`` (a pass and the
-    ``(kind, microbatch, chunk)`` of its steps)."""
+def _program(sched: Any, rank: int, pp: int, m: int, vpp: int, group_size: int | None,
+             sig_of: dict[tuple, int], slot_of: dict[tuple, int]) -> list[tuple]:
+    """``rank``'s actions as ``MessageOrder`` ops, message keys ``(direction, microbatch,
+    sender's position)`` not yet numbered: a pass ``(0, rank, sig, slots)``, an exchange's
+    sends ``(1, rank, ((key, slot), ...))`` (none where it sends nothing) and its receives
+    ``(2, rank, (key, ...))`` (the call's wait, even with nothing to receive). ``sig_of``/
+    ``slot_of``: the numbers of the ``(rank, members)`` and of the ``(rank, (kind, microbatch,
+    chunk))`` seen so far, added to."""
     vs = sched.virtual_stage
     out: list[tuple] = []
     group: list = []
@@ -43,29 +46,31 @@ def _program(sched: Any, rank: int, pp: int, m: int, vpp: int,
         if a.__class__ is Exchange or isinstance(a, Exchange):
             if group:
                 raise AssertionError("an exchange inside an overlapped group")
-            sends = tuple([((d, i, vs(rank, c, pp, vpp, i)), ("F" if d == "fwd" else "B", i, c))
-                           for d, i, c in a.sends])
-            recvs = tuple([(d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
-                           for d, i, c in a.recvs])
-            out.append(("x", sends, recvs))
+            if a.sends:
+                out.append((1, rank, tuple([
+                    ((d, i, vs(rank, c, pp, vpp, i)),
+                     slot_of[(rank, ("F" if d == "fwd" else "B", i, c))])
+                    for d, i, c in a.sends])))
+            out.append((2, rank, tuple([(d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
+                                        for d, i, c in a.recvs])))
             continue
         group.append(a)
         if a.overlap:
             continue
-        out.append(_pass(group))
+        out.append(_pass(rank, group, sig_of, slot_of))
         group = []
     if group:
-        out.append(_pass(group))
+        out.append(_pass(rank, group, sig_of, slot_of))
     return out
 
 
-def _pass(group: list) -> tuple:
-    """``("c", members, produced)`` of an overlapped group of steps (or one step)."""
-    if len(group) == 1:
-        s = group[0]
-        return "c", ((s.kind, s.chunk),), ((s.kind, s.microbatch, s.chunk),)
-    return ("c", tuple([(s.kind, s.chunk) for s in group]),
-            tuple([(s.kind, s.microbatch, s.chunk) for s in group]))
+def _pass(rank: int, group: list, sig_of: dict[tuple, int], slot_of: dict[tuple, int]
+          ) -> tuple:
+    """The op ``(0, rank, sig, slots)`` of an overlapped group of steps (or one step)."""
+    members = tuple([(s.kind, s.chunk) for s in group])
+    return (0, rank, sig_of.setdefault((rank, members), len(sig_of)),
+            tuple([slot_of.setdefault((rank, (s.kind, s.microbatch, s.chunk)), len(slot_of))
+                   for s in group]))
 
 
 @dataclass(frozen=True)
@@ -152,11 +157,10 @@ def message_order(sched: Any, pp: int, m: int, vpp: int,
     """``sched``'s order with its exchanges (``_program`` of each rank) as a ``MessageOrder``:
     the event loop that finds which receive can go next, run once with no seconds. Raises
     ``RuntimeError`` on deadlock."""
-    progs = [_program(sched, r, pp, m, vpp, group_size) for r in range(pp)]
-    pos = [0] * pp
-    posted = [-1] * pp
     sig_of: dict[tuple, int] = {}
     slot_of: dict[tuple, int] = {}
+    progs = [_program(sched, r, pp, m, vpp, group_size, sig_of, slot_of) for r in range(pp)]
+    pos = [0] * pp
     key_of: dict[tuple, int] = {}
     waiting: dict[tuple, list[int]] = {}
     ops: list[tuple] = []
@@ -164,33 +168,27 @@ def message_order(sched: Any, pp: int, m: int, vpp: int,
     while todo:
         r = todo.pop()
         prog = progs[r]
-        while pos[r] < len(prog):
-            item = prog[pos[r]]
-            if item[0] == "c":
-                _, members, steps = item
-                k = sig_of.setdefault((r, members), len(sig_of))
-                ops.append((0, r, k, tuple([slot_of.setdefault((r, x), len(slot_of))
-                                            for x in steps])))
-                pos[r] += 1
-                continue
-            _, sends, recvs = item
-            if posted[r] != pos[r]:
-                posted[r] = pos[r]
-                out = []
-                for key, step in sends:
-                    out.append((key_of.setdefault(key, len(key_of)), slot_of[(r, step)]))
+        n = len(prog)
+        while pos[r] < n:
+            op = prog[pos[r]]
+            kind = op[0]
+            if kind == 0:
+                ops.append(op)
+            elif kind == 1:
+                for key, _ in op[2]:
+                    key_of.setdefault(key, len(key_of))
                     todo.extend(waiting.pop(key, ()))
-                if out:
-                    ops.append((1, r, tuple(out)))
-            late = None
-            for k in recvs:
-                if k not in key_of:
-                    late = k
+                ops.append((1, r, tuple([(key_of[key], q) for key, q in op[2]])))
+            else:
+                late = None
+                for key in op[2]:
+                    if key not in key_of:
+                        late = key
+                        break
+                if late is not None:
+                    waiting.setdefault(late, []).append(r)
                     break
-            if late is not None:
-                waiting.setdefault(late, []).append(r)
-                break
-            ops.append((2, r, tuple([key_of[k] for k in recvs])))
+                ops.append((2, r, tuple([key_of[key] for key in op[2]])))
             pos[r] += 1
     stuck = [r for r in range(pp) if pos[r] < len(progs[r])]
     if stuck:
