@@ -8,17 +8,20 @@ lower bound (``strategies.estimate.lower_bound``), the other two per-plan scores
 Target: >= 20,000 plans/s for the estimate. Prints figures (``--json`` for a record).
 
 ``--scalar``: each figure in a fresh process, best of ``--repeat``, alternately in this tree
-and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms
-of ``estimate(job)`` for four jobs (``SCALAR_JOBS``: dense without and with an interleaved
-pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline), its first call in the process and
-the mean of 5 calls after it; the wall and CPU seconds of ``paraplan estimate`` on the first
-job (``CLI``, bytecode cached by a warm-up run); and of ``experiments/reference_mape.py``
-(every reference row through ``validate --no-sim``). Not a test: figures depend on the host
-(the 1-minute load is printed).
+and ``--tree DIR`` (an earlier checkout, e.g. ``git archive main``) where given: the CPU ms of
+``estimate(job)`` for six jobs (``SCALAR_JOBS``: dense without and with an interleaved
+pipeline, MoE, DeepSeek-V3's uneven 16-stage pipeline, the published DeepSeek-V3 row's DualPipe
+plan and a DualPipeV one, whose messages are replayed on their order), and of the published
+row itself (its reference case, ``ROW_CHILD``), its first call in the process and the mean of 5
+calls after it; the wall and CPU seconds of ``paraplan estimate`` on
+the first job (``CLI``, bytecode cached by a warm-up run); and of
+``experiments/reference_mape.py`` (every reference row through ``validate --no-sim``). Not a
+test: figures depend on the host (the 1-minute load is printed).
 
     python experiments/bench_estimate.py
     python experiments/bench_estimate.py --plans 500000 --json
     python experiments/bench_estimate.py --scalar --tree /tmp/before --repeat 3
+    python experiments/bench_estimate.py --scalar --tree /tmp/before --repeat 3 --no-mape
 """
 from __future__ import annotations
 
@@ -82,6 +85,13 @@ SCALAR_JOBS = [
     ("moe", "mixtral-8x7b", "dgx-h100:4", "tp=2,pp=2,dp=8,ep=8,mbs=1,gbs=256"),
     ("dsv3-pp16-uneven", "deepseek-v3", "dgx-h100:128",
      "tp=1,pp=16,dp=64,ep=64,mbs=1,gbs=2048,first_stage_layers=1,last_stage_layers=4"),
+    # the published DeepSeek-V3 row's plan (deepseekv3_report_h800_2048) under DualPipe: its
+    # messages replayed on the order (message_replay, docs/calibration.md §5.225)
+    ("dsv3-dualpipe-row", "deepseek-v3", "hgx-h800:256",
+     "tp=1,pp=16,dp=128,ep=64,mbs=1,gbs=15360,schedule=dualpipe,recompute=selective,"
+     "recompute_modules=layernorm+moe_act+mla_up_proj,moe_dispatcher=deepep,"
+     "first_stage_layers=1,last_stage_layers=4"),
+    ("llama-dualpipev", "llama3-8b", "dgx-h100:1", "tp=2,pp=4,mbs=1,gbs=16,schedule=dualpipev"),
 ]
 #: the child program of the per-call figures (run in the tree; prints one JSON object)
 SCALAR_CHILD = """
@@ -105,6 +115,23 @@ print(json.dumps(out))
 """
 
 
+#: the published DeepSeek-V3 row itself (its reference case's job: 64 layers, hai-llm, FP8), in
+#: a child of its own so that no other job warms its DualPipe order
+ROW_CHILD = """
+import json, sys, time
+sys.path.insert(0, '.')
+from strategies.estimate.scalar import estimate
+from strategies.reference.cases import reference_cases
+job = next(c.job for c in reference_cases(['strategies/reference/data/published_2026.json'])
+           if c.id == 'deepseekv3_report_h800_2048')
+t0 = time.process_time(); estimate(job); t1 = time.process_time()
+for _ in range(5):
+    estimate(job)
+print(json.dumps({'dsv3 row case first': (t1 - t0) * 1e3,
+                  'dsv3 row case again': (time.process_time() - t1) / 5 * 1e3}))
+"""
+
+
 def child(tree: Path, argv: list[str], env: dict | None = None) -> tuple[float, float, str]:
     """Run ``argv`` in ``tree``: (wall s, CPU s of the child, its stdout)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -116,24 +143,29 @@ def child(tree: Path, argv: list[str], env: dict | None = None) -> tuple[float, 
     return wall, cpu, got.stdout
 
 
-def scalar_figures(tree: Path) -> dict[str, float]:
-    """One round of the scalar figures in ``tree`` (each in a fresh process)."""
+def scalar_figures(tree: Path, mape: bool = True) -> dict[str, float]:
+    """One round of the scalar figures in ``tree`` (each in a fresh process); ``mape``:
+    ``reference_mape.py``'s too."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     prog = f"JOBS = {SCALAR_JOBS!r}\n" + SCALAR_CHILD
     out = {k + " ms": v for k, v in
            json.loads(child(tree, [sys.executable, "-c", prog], env)[2].splitlines()[-1]).items()}
+    out.update({k + " ms": v for k, v in json.loads(
+        child(tree, [sys.executable, "-c", ROW_CHILD], env)[2].splitlines()[-1]).items()})
     _, m, c, p = SCALAR_JOBS[0]
     cli = [sys.executable, "-m", "simulator.cli", "estimate", "--model", m, "--cluster", c,
            "--plan", p]
     cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
     child(tree, cli, cached)                # writes the bytecode the timed run reads
     out["cli estimate wall s"], out["cli estimate cpu s"], _ = child(tree, cli, cached)
+    if not mape:
+        return out
     wall, cpu, _ = child(tree, [sys.executable, "experiments/reference_mape.py"], env)
     out["reference_mape wall s"], out["reference_mape cpu s"] = wall, cpu
     return out
 
 
-def scalar_main(tree: str | None, repeat: int, as_json: bool) -> None:
+def scalar_main(tree: str | None, repeat: int, as_json: bool, mape: bool = True) -> None:
     """Best of ``repeat`` rounds of ``scalar_figures``, alternately in each tree."""
     trees = [("this", ROOT)] + ([("before", Path(tree))] if tree else [])
     best: dict[str, dict[str, float]] = {name: {} for name, _ in trees}
@@ -141,7 +173,7 @@ def scalar_main(tree: str | None, repeat: int, as_json: bool) -> None:
     for _ in range(repeat):
         for name, path in trees:
             loads.append(os.getloadavg()[0])
-            for k, v in scalar_figures(path).items():
+            for k, v in scalar_figures(path, mape).items():
                 best[name][k] = min(v, best[name].get(k, v))
     if as_json:
         print(json.dumps({"best_of": repeat, "load": [min(loads), max(loads)], **best},
@@ -161,9 +193,11 @@ def main() -> None:
     ap.add_argument("--scalar", action="store_true",
                     help="the one-plan estimate's figures (fresh processes) instead")
     ap.add_argument("--tree", help="with --scalar: an earlier checkout, run alternately")
+    ap.add_argument("--no-mape", action="store_true",
+                    help="with --scalar: leave reference_mape.py out (35 s a round)")
     args = ap.parse_args()
     if args.scalar:
-        scalar_main(args.tree, args.repeat, args.json)
+        scalar_main(args.tree, args.repeat, args.json, not args.no_mape)
         return
     rows = bench(args.plans, args.repeat)
     if args.json:

@@ -1,17 +1,19 @@
 """Wall and CPU seconds of the searches that took minutes on a 2,048-GPU preset (the rows of
-``experiments/preset_matrix.py``'s sweep, docs/reports/preset_matrix.md), and of the README's
-default search, each in its own process as a user runs it; with ``--tree DIR`` (an earlier
-checkout, ``git archive COMMIT | tar -x -C DIR``) each run alternates with the same search
-there and the two JSON reports are compared byte for byte without the timing fields
-(``wall_s``; ``--without KEY`` drops more keys, e.g. ``events``, the count of events simulated,
-which folding more ranks lowers). Prints figures (the median and the least of ``--repeat``
-runs); asserts nothing.
+``experiments/preset_matrix.py``'s sweep, docs/reports/preset_matrix.md), of the README's
+default search and of three small searches over DualPipe/DualPipeV plans, each in its own
+process as a user runs it; with ``--tree DIR`` (an earlier checkout, ``git archive COMMIT | tar
+-x -C DIR``) each run alternates with the same search there and the two JSON reports are
+compared byte for byte without the timing fields (``wall_s``; ``--without KEY`` drops more
+keys, e.g. ``events``, the count of events simulated, which folding more ranks lowers). Prints
+figures (the median and the least of ``--repeat`` runs); asserts nothing.
 On a shared machine the wall clock mostly measures the other users: compare CPU seconds too.
 
     python experiments/bench_large_search.py --tree /tmp/before --repeat 2
     python experiments/bench_large_search.py --cases default
     python experiments/bench_large_search.py --tree /tmp/before --cases default,deepseek-v3 --repeat 3
     python experiments/bench_large_search.py --tree /tmp/before --cases gpt-530b --without events
+    python experiments/bench_large_search.py --tree /tmp/before --repeat 3 \
+        --cases dualpipe-fix,schedules-all,dualpipev-mixed
 """
 from __future__ import annotations
 
@@ -39,6 +41,16 @@ CASES = {
     # DeepSeek-V3 on 2,048 H800 under the report's stack (docs/reports/deepseek_v3.md)
     "deepseek-v3": ["--model", "deepseek-v3", "--cluster", "hgx-h800:256", "--framework",
                     "hai-llm", "--dtype", "fp8-blockwise", "--global-batch", "4096", *ONE],
+    # small searches whose DualPipe/DualPipeV rows the scalar prices (``estimate.kinds``: the
+    # ranked rows; on a mixed cluster every row), their messages replayed on the order
+    # (docs/calibration.md §5.225, docs/search.md §8)
+    "dualpipe-fix": ["--model", "llama3-8b", "--cluster", "dgx-h100:2", "--global-batch", "64",
+                     "--fix", "schedule=dualpipe", "--workers", "1", "--json"],
+    "schedules-all": ["--model", "llama3-8b", "--cluster", "dgx-h100:2", "--global-batch",
+                      "64", "--schedules", "all", "--workers", "1", "--json"],
+    "dualpipev-mixed": ["--model", "gpt-1.7b", "--cluster", "dgx-h100:1+dgx-a100:1",
+                        "--global-batch", "32", "--fix", "schedule=dualpipev", "--workers", "1",
+                        "--json"],
 }
 
 

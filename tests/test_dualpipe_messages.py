@@ -107,3 +107,30 @@ def test_expert_parallel_tp_comm_is_the_busiest_ranks(plan):
     b = busiest_stage(to_json(simulate(job, network="contention-free"), job))
     assert e["tp_comm"] == pytest.approx(b["tp_comm"], rel=1e-9)
     assert e["ep_comm"] > 0
+
+
+@pytest.mark.parametrize("name,pp,m,vpp", [("dualpipe", 4, 8, 1), ("dualpipe", 8, 20, 1),
+                                           ("dualpipev", 4, 8, 2), ("1f1b", 4, 8, 1),
+                                           ("interleaved", 4, 8, 2), ("zb-v", 4, 8, 2)])
+def test_message_order_is_kept_per_shape_and_meets_every_wait(name, pp, m, vpp):
+    """``message_order`` is compiled once per shape (the same object again) and its ops meet
+    every wait: a send reads a step end a pass of its rank wrote before it, a receive takes
+    messages already sent, and each rank runs its steps (``Schedule.steps``) in order."""
+    from strategies.schedules.message_replay import message_order
+    sched = get_schedule(name)
+    order = message_order(sched, pp, m, vpp)
+    assert message_order(sched, pp, m, vpp) is order
+    written, sent = set(), set()
+    ran: list[list] = [[] for _ in range(pp)]
+    for op in order.ops:
+        if op[0] == 0:
+            written.update(op[3])
+            ran[op[1]].extend(order.sigs[op[2]][1])
+        elif op[0] == 1:
+            assert all(q in written for _, q in op[2])
+            sent.update(k for k, _ in op[2])
+        else:
+            assert all(k in sent for k in op[2])
+    assert len(sent) == order.keys > 0
+    for r in range(pp):
+        assert ran[r] == [(s.kind, s.chunk) for s in sched.steps(r, pp, m, vpp)]

@@ -6,6 +6,7 @@ pipeline messages of DualPipe's and DualPipeV's order (``order_messages``), and 
 which plans take it (``by_chunk``)."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from strategies.estimate.stage_correction import corrected, messages_shift
@@ -75,11 +76,19 @@ def chunk_passes(job: Job, rank: int) -> list[int]:
     step: ``num_microbatches`` each, but DualPipe's two copies (``Schedule.mirrored``), which
     take half each (its order, ``Schedule.steps``, counted)."""
     p, m = job.plan, job.num_microbatches
-    sched = get_schedule(p.schedule)
-    if not (sched.mirrored and p.pp > 1):
+    if not (get_schedule(p.schedule).mirrored and p.pp > 1):
         return [m] * p.vpp
-    steps = sched.steps(rank, p.pp, m, p.vpp, p.microbatch_group_size)
-    return [sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2)]
+    return list(_mirrored_passes(p.schedule, rank, p.pp, m, p.vpp, p.microbatch_group_size))
+
+
+@lru_cache(maxsize=1024)
+def _mirrored_passes(schedule: str, rank: int, pp: int, m: int, vpp: int,
+                     group_size: int | None) -> tuple[int, int]:
+    """``chunk_passes`` of a mirrored schedule's rank: its forwards through each copy, counted
+    on its order (``Schedule.steps``) once per shape (an estimate asks for each rank's
+    dozens of times)."""
+    steps = get_schedule(schedule).steps(rank, pp, m, vpp, group_size)
+    return tuple(sum(1 for x in steps if x.kind == "F" and x.chunk == ch) for ch in range(2))
 
 
 def chunk_shares(job: Job, rank: int) -> list[float]:
@@ -180,7 +189,7 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     (``"order_messages"``: each rank's end, ``order_slack``)."""
     from strategies.cost import comm as cm
     from strategies.schedules.analysis import event_seconds
-    from strategies.schedules.message_replay import message_ranks
+    from strategies.schedules.message_replay import message_order, replay_messages
     p = job.plan
     sched = get_schedule(p.schedule)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
@@ -190,10 +199,12 @@ def order_messages(job: Job, r: dict[str, Any], timed: tuple, rank: int,
     times, pairs = timed
     seconds = event_seconds(sched, p.pp, p.vpp, 0.0, 0.0, chunk_times=times,
                             pair_seconds=pairs)
-    m, g = job.num_microbatches, p.microbatch_group_size
-    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: message_ranks(
-        sched, p.pp, m, p.vpp, seconds, t_p2p - t_gather, t_gather, g))
-    free = message_ranks(sched, p.pp, m, p.vpp, seconds, 0.0, 0.0, g).makespan
+    # the order is the shape's (kept); each kind of pass timed once for both runs
+    order = message_order(sched, p.pp, job.num_microbatches, p.vpp, p.microbatch_group_size)
+    dur = [seconds(rk, x) for rk, x in order.sigs]
+    run = (costs or StageCostMemo(job)).keep("order_messages", lambda: replay_messages(
+        order, dur, t_p2p - t_gather, t_gather))
+    free = replay_messages(order, dur, 0.0, 0.0).makespan
     own = run.exposed_comm(rank)
     return own - float(r["pp_comm"]), run.makespan - free - own
 

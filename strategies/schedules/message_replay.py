@@ -22,6 +22,7 @@ members)`` (``analysis.event_seconds``' callback). Scalar; O(actions). Seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 from strategies.schedules.exchanges import Exchange
@@ -30,34 +31,46 @@ from strategies.schedules.exchanges import Exchange
 Members = tuple[tuple[str, int], ...]
 
 
-def _program(sched: Any, rank: int, pp: int, m: int, vpp: int,
-             group_size: int | None) -> list[tuple]:
-    """``rank``'s actions as items: ``("x", sends, recvs)`` (message keys ``(direction,
-    microbatch, sender's position)``) and ``("c", members, produced)`` (a pass and the
-    ``(kind, microbatch, chunk)`` of its steps)."""
+def _program(sched: Any, rank: int, pp: int, m: int, vpp: int, group_size: int | None,
+             sig_of: dict[tuple, int], slot_of: dict[tuple, int]) -> list[tuple]:
+    """``rank``'s actions as ``MessageOrder`` ops, message keys ``(direction, microbatch,
+    sender's position)`` not yet numbered: a pass ``(0, rank, sig, slots)``, an exchange's
+    sends ``(1, rank, ((key, slot), ...))`` (none where it sends nothing) and its receives
+    ``(2, rank, (key, ...))`` (the call's wait, even with nothing to receive). ``sig_of``/
+    ``slot_of``: the numbers of the ``(rank, members)`` and of the ``(rank, (kind, microbatch,
+    chunk))`` seen so far, added to."""
     vs = sched.virtual_stage
     out: list[tuple] = []
     group: list = []
     for a in sched.actions(rank, pp, m, vpp, group_size):
-        if isinstance(a, Exchange):
+        if a.__class__ is Exchange or isinstance(a, Exchange):
             if group:
                 raise AssertionError("an exchange inside an overlapped group")
-            sends = tuple(((d, i, vs(rank, c, pp, vpp, i)), ("F" if d == "fwd" else "B", i, c))
-                          for d, i, c in a.sends)
-            recvs = tuple((d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
-                          for d, i, c in a.recvs)
-            out.append(("x", sends, recvs))
+            if a.sends:
+                out.append((1, rank, tuple([
+                    ((d, i, vs(rank, c, pp, vpp, i)),
+                     slot_of[(rank, ("F" if d == "fwd" else "B", i, c))])
+                    for d, i, c in a.sends])))
+            out.append((2, rank, tuple([(d, i, vs(rank, c, pp, vpp, i) + (-1 if d == "fwd" else 1))
+                                        for d, i, c in a.recvs])))
             continue
         group.append(a)
         if a.overlap:
             continue
-        out.append(("c", tuple((s.kind, s.chunk) for s in group),
-                    tuple((s.kind, s.microbatch, s.chunk) for s in group)))
+        out.append(_pass(rank, group, sig_of, slot_of))
         group = []
     if group:
-        out.append(("c", tuple((s.kind, s.chunk) for s in group),
-                    tuple((s.kind, s.microbatch, s.chunk) for s in group)))
+        out.append(_pass(rank, group, sig_of, slot_of))
     return out
+
+
+def _pass(rank: int, group: list, sig_of: dict[tuple, int], slot_of: dict[tuple, int]
+          ) -> tuple:
+    """The op ``(0, rank, sig, slots)`` of an overlapped group of steps (or one step)."""
+    members = tuple([(s.kind, s.chunk) for s in group])
+    return (0, rank, sig_of.setdefault((rank, members), len(sig_of)),
+            tuple([slot_of.setdefault((rank, (s.kind, s.microbatch, s.chunk)), len(slot_of))
+                   for s in group]))
 
 
 @dataclass(frozen=True)
@@ -117,15 +130,90 @@ def _measure(iv: list[tuple[float, float]]) -> float:
     return sum(b - a for a, b in iv)
 
 
+@dataclass(frozen=True)
+class MessageOrder:
+    """A schedule's order with its exchanges, compiled once per ``(schedule, pp, m, vpp,
+    group_size)`` (``message_order``): the order does not depend on the seconds, so every
+    replay of one shape (the estimate's run with messages and without, a validation's same
+    job again, each plan of a search of that shape) walks the same ops.
+
+    ``ops`` in an order that meets every wait (a rank's items in program order, a receive
+    after the send of each message it takes): ``(0, rank, sig, slots)`` a pass (``sigs[sig]``
+    the ``(rank, members)`` whose seconds it lasts; it writes its end to the ``slots`` of
+    the steps it runs), ``(1, rank, ((key, slot), ...))`` an exchange's sends (message
+    ``key`` leaves after the step at ``slot``), ``(2, rank, (key, ...))`` its receives.
+    ``slots``/``keys``: how many step ends and messages."""
+
+    pp: int
+    sigs: tuple[tuple[int, Members], ...]
+    ops: tuple[tuple, ...]
+    slots: int
+    keys: int
+
+
+@lru_cache(maxsize=128)
+def message_order(sched: Any, pp: int, m: int, vpp: int,
+                  group_size: int | None = None) -> MessageOrder:
+    """``sched``'s order with its exchanges (``_program`` of each rank) as a ``MessageOrder``:
+    the event loop that finds which receive can go next, run once with no seconds. Raises
+    ``RuntimeError`` on deadlock."""
+    sig_of: dict[tuple, int] = {}
+    slot_of: dict[tuple, int] = {}
+    progs = [_program(sched, r, pp, m, vpp, group_size, sig_of, slot_of) for r in range(pp)]
+    pos = [0] * pp
+    key_of: dict[tuple, int] = {}
+    waiting: dict[tuple, list[int]] = {}
+    ops: list[tuple] = []
+    todo = list(range(pp))
+    while todo:
+        r = todo.pop()
+        prog = progs[r]
+        n = len(prog)
+        while pos[r] < n:
+            op = prog[pos[r]]
+            kind = op[0]
+            if kind == 0:
+                ops.append(op)
+            elif kind == 1:
+                for key, _ in op[2]:
+                    key_of.setdefault(key, len(key_of))
+                    todo.extend(waiting.pop(key, ()))
+                ops.append((1, r, tuple([(key_of[key], q) for key, q in op[2]])))
+            else:
+                late = None
+                for key in op[2]:
+                    if key not in key_of:
+                        late = key
+                        break
+                if late is not None:
+                    waiting.setdefault(late, []).append(r)
+                    break
+                ops.append((2, r, tuple([key_of[key] for key in op[2]])))
+            pos[r] += 1
+    stuck = [r for r in range(pp) if pos[r] < len(progs[r])]
+    if stuck:
+        raise RuntimeError(f"schedule {sched.name!r} deadlocks with messages on ranks {stuck} "
+                           f"(pp={pp}, m={m}, vpp={vpp})")
+    return MessageOrder(pp, tuple(sig_of), tuple(ops), len(slot_of), len(key_of))
+
+
 def message_ranks(sched: Any, pp: int, m: int, vpp: int,
                   seconds: Callable[[int, Members], float], t_send: float,
                   t_gather: float = 0.0, group_size: int | None = None) -> MessageRun:
     """``sched``'s order on ``pp`` ranks and ``m`` micro-batches run with its exchanges
     (module docstring): one message ``t_send`` seconds, a receive's all-gather ``t_gather``.
+    The order is ``message_order``'s (kept by shape); each kind of pass is timed once.
     Raises ``RuntimeError`` on deadlock."""
-    progs = [_program(sched, r, pp, m, vpp, group_size) for r in range(pp)]
-    pos = [0] * pp
-    posted = [-1] * pp          # the exchange whose sends have left
+    order = message_order(sched, pp, m, vpp, group_size)
+    return replay_messages(order, [seconds(r, g) for r, g in order.sigs], t_send, t_gather)
+
+
+def replay_messages(order: MessageOrder, dur: list, t_send: float,
+                    t_gather: float = 0.0) -> MessageRun:
+    """``order`` (``message_order``) run with each kind of pass's seconds ``dur``
+    (``order.sigs``'), one message ``t_send`` seconds, a receive's all-gather ``t_gather``:
+    the module docstring's rules, operation for operation."""
+    pp = order.pp
     ready = [0.0] * pp          # the next pass may start (its waits met)
     stream = [0.0] * pp         # the pp-comm stream is free
     gather = [0.0] * pp         # the tensor-parallel stream's last all-gather ends
@@ -134,50 +222,37 @@ def message_ranks(sched: Any, pp: int, m: int, vpp: int,
     busy = [0.0] * pp
     passes: list[list] = [[] for _ in range(pp)]
     comm: list[list] = [[] for _ in range(pp)]
-    landed: dict[tuple, tuple[float, float]] = {}       # key -> (send start, landing)
-    produced: list[dict] = [{} for _ in range(pp)]
-    waiting: dict[tuple, list[int]] = {}
-    todo = list(range(pp))
-    while todo:
-        r = todo.pop()
-        prog = progs[r]
-        while pos[r] < len(prog):
-            item = prog[pos[r]]
-            if item[0] == "c":
-                _, members, steps = item
-                start = ready[r]
-                if first[r] is None:
-                    first[r] = start
-                dur = seconds(r, members)
-                ready[r] = end[r] = start + dur
-                busy[r] += dur
-                passes[r].append((start, ready[r]))
-                for key in steps:
-                    produced[r][key] = ready[r]
-                pos[r] += 1
-                continue
-            _, sends, recvs = item
-            if posted[r] != pos[r]:         # the call's sends leave first (a batched call)
-                posted[r] = pos[r]
-                s = stream[r]
-                for key, step in sends:
-                    a = max(s, produced[r][step])
-                    s = a + t_send
-                    landed[key] = (a, s)
-                    comm[r].append((a, s))
-                    todo.extend(waiting.pop(key, ()))
-                stream[r] = s
-            late = next((k for k in recvs if k not in landed), None)
-            if late is not None:
-                waiting.setdefault(late, []).append(r)
-                break
+    done = [0.0] * order.slots          # each step's end
+    sent = [0.0] * order.keys           # each message's send start
+    land = [0.0] * order.keys           # and landing
+    for op in order.ops:
+        kind, r = op[0], op[1]
+        if kind == 0:                   # a pass
+            start = ready[r]
+            if first[r] is None:
+                first[r] = start
+            d = dur[op[2]]
+            e = ready[r] = end[r] = start + d
+            busy[r] += d
+            passes[r].append((start, e))
+            for q in op[3]:
+                done[q] = e
+        elif kind == 1:                 # an exchange's sends (a batched call: first)
+            s = stream[r]
+            for k, q in op[2]:
+                a = max(s, done[q])
+                s = a + t_send
+                sent[k], land[k] = a, s
+                comm[r].append((a, s))
+            stream[r] = s
+        else:                           # its receives
             s = stream[r]
             last = max(ready[r], s)
-            for key in recvs:
-                sent, land = landed[key]
-                if land > s:
-                    comm[r].append((max(s, sent), land))
-                    s = land
+            for k in op[2]:
+                at = land[k]
+                if at > s:
+                    comm[r].append((max(s, sent[k]), at))
+                    s = at
                 if t_gather > 0:
                     g0 = max(gather[r], s)
                     gather[r] = g0 + t_gather
@@ -185,9 +260,4 @@ def message_ranks(sched: Any, pp: int, m: int, vpp: int,
                 last = max(last, s, gather[r])
             stream[r] = s
             ready[r] = end[r] = max(end[r], last)
-            pos[r] += 1
-    stuck = [r for r in range(pp) if pos[r] < len(progs[r])]
-    if stuck:
-        raise RuntimeError(f"schedule {sched.name!r} deadlocks with messages on ranks {stuck} "
-                           f"(pp={pp}, m={m}, vpp={vpp})")
     return MessageRun([x or 0.0 for x in first], end, busy, passes, comm)
