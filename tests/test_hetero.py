@@ -139,6 +139,18 @@ def test_balanced_plan_gives_the_h100_stage_more_layers_and_runs_faster():
     assert p is None or abs(p.layers_per_stage[0] - p.layers_per_stage[1]) <= 2
 
 
+def test_balanced_plan_leaves_dualpipe_to_layouts():
+    """DualPipe holds stages r and pp-1-r on rank r: per-rank GPU sizing (``layers_per_stage``)
+    is refused for it (``plan.checks``), so the search's balancing proposes none, and a
+    DualPipe search on a mixed cluster runs instead of stopping on that refusal."""
+    from strategies.search.uneven import balanced_plan
+    cl = parse_cluster_arg("dgx-h100:1+dgx-a100:1")
+    m = model_preset("llama3-8b")
+    assert balanced_plan(make_job(m, cl, Plan(tp=1, pp=2, mbs=1), global_batch=64)) is not None
+    dual = make_job(m, cl, Plan(tp=1, pp=2, mbs=1, schedule="dualpipe"), global_batch=64)
+    assert balanced_plan(dual) is None
+
+
 @pytest.mark.parametrize("text, field, rule", [
     ("tp=1,pp=2,layers_per_stage=20/3", "layers_per_stage",
      "must sum to num_layers=24 (sums to 23)"),

@@ -102,11 +102,13 @@ def stage_layer_caps(job: Job, headroom: float = 0.0) -> list[int]:
 
 def balanced_plan(job: Job, headroom: float | None = None) -> Plan | None:
     """``job``'s plan with ``layers_per_stage`` sized to its stages' GPUs, or None where that
-    changes nothing (one stage, model chunks interleaved, or the even split already best) or
-    no split fits. ``headroom``: when given, each stage's layers are capped to what fits
-    ``(1 - headroom)`` of its GPUs' HBM (``stage_layer_caps``)."""
+    changes nothing (one stage, model chunks interleaved, a schedule that holds stages r and
+    pp-1-r on rank r: DualPipe, whose per-rank sizing ``plan.checks`` refuses, or the even
+    split already best) or no split fits. ``headroom``: when given, each stage's layers are
+    capped to what fits ``(1 - headroom)`` of its GPUs' HBM (``stage_layer_caps``)."""
+    from strategies.schedules.registry import get_schedule
     p = job.plan
-    if p.pp == 1 or p.vpp != 1:
+    if p.pp == 1 or p.vpp != 1 or get_schedule(p.schedule).mirrored:
         return None
     caps = None if headroom is None else stage_layer_caps(job, headroom)
     split = split_layers(job.model.num_layers, *stage_layer_times(job), caps)
