@@ -18,3 +18,20 @@ def test_rows_and_mape_of_one_file(capsys):
         assert abs(c["analytic_error_pct"] - 100 * (est - meas) / meas) < 1e-6
     mape = sum(abs(c["analytic_error_pct"]) for c in rows) / len(rows)
     assert 0 < mape < 100
+
+
+def test_pooled_lines_weigh_each_run_once(monkeypatch, capsys):
+    """The held-out pooled line pools every run of every file but published.json (each run
+    once, not each file's MAPE); ``--pool PREFIX`` the files named so."""
+    errs = {"published.json": [50.0], "heldout_a.json": [10.0, -20.0, 30.0],
+            "heldout_b.json": [-4.0], "other.json": [2.0, 2.0]}
+    import strategies.reference.cases as cases
+    monkeypatch.setattr(cases, "run_file_names", lambda d=None: sorted(errs))
+    monkeypatch.setattr(reference_mape, "file_cases", lambda f: [
+        {"id": f"r{i}", "analytic_error_pct": e}
+        for i, e in enumerate(errs[os.path.basename(f)])])
+    reference_mape.main(["--pool", "heldout_"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == ("held-out pooled (every file but published.json): MAPE "
+                       f"{(10 + 20 + 30 + 4 + 2 + 2) / 6:.2f} % over 6 runs")
+    assert out[-1] == f"pooled over heldout_*: MAPE {(10 + 20 + 30 + 4) / 4:.2f} % over 4 runs"
