@@ -124,6 +124,30 @@ def tree_layouts(n, stride, gpus_per_node: int) -> tuple:
             np.where(u, nodes_u[..., None], nodes))
 
 
+def uneven_layouts(n, stride, gpus_per_node: int) -> tuple:
+    """``(known, k, nodes)`` of the groups of ``n`` ranks ``stride`` apart that placement
+    builds and ``strided_layout`` does not call uniform, for NCCL's ring over nodes holding
+    different member counts (``ring.uneven``): where ``stride`` divides the node, over the
+    offsets ``tree_layouts`` enumerates, the thinnest node's members ``k`` (the ring's
+    channels) and the nodes a group spans, each at its worst offset (the fewest members,
+    the most nodes). Vectorised."""
+    n, stride = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(stride, dtype=float))
+    G = gpus_per_node
+    uniform, _, _ = strided_layout(n, stride, G)
+    sub = (stride < G) & (np.mod(G, np.maximum(stride, 1)) == 0)
+    slots = np.where(sub, G / np.maximum(stride, 1), 1.0)
+    gcd = np.gcd(np.maximum(n, 1).astype(np.int64), slots.astype(np.int64)).astype(float)
+    o = np.arange(G, dtype=float) * gcd[..., None]
+    o = np.where(o < slots[..., None], o, 0.0)
+    m, s = n[..., None], slots[..., None]
+    first = np.minimum(m, s - o)
+    last = np.mod(o + m, s)
+    nodes = 1.0 + np.ceil((m - first) / s)
+    k = np.where(nodes == 1, m, np.minimum(first, np.where(last > 0, last, s)))
+    nodes = np.max(nodes, axis=-1)
+    return (~uniform & sub & (nodes > 1))[()], np.min(k, axis=-1)[()], nodes[()]
+
+
 def strided_algorithm(n, stride, gpus_per_node: int, kind: str = "allreduce") -> np.ndarray:
     """``ring`` or ``mixed`` (groups of this shape differ) for collective
     ``kind`` over every group of ``n`` ranks ``stride`` apart (placement's layout; not
