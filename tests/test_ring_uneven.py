@@ -97,3 +97,16 @@ def test_mlperf_405b_dp39_layout():
     2 members there, so 2 channels, over 6 domains."""
     assert uneven_layouts(78, 4, 64) == (True, 2.0, 6.0)
     assert uneven_layouts(80, 4, 64)[0] == False    # noqa: E712  (dp 40: 5 whole domains)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gb200_domains_alone_equal_the_estimate(kind):
+    """16-GPU NVLink domains of ``gb200-nvl72:8x4`` (a NIC a GPU, 16 rails): six ranks 4
+    apart, 4 + 2 and 2 + 4 members; the engine alone equals ``collective_time`` for a
+    bucket and for a few kilobytes."""
+    from topologies.cluster.arg import parse_cluster_arg
+    cl = parse_cluster_arg("gb200-nvl72:8x4")
+    for S in (40e6, 4e3):
+        want = cm.collective_time(kind, S, 6, 4, cl)
+        for group in ((0, 4, 8, 12, 16, 20), (8, 12, 16, 20, 24, 28)):
+            assert _engine(cl, kind, group, S) == pytest.approx(want, rel=REL), (S, group)
