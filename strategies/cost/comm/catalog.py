@@ -29,7 +29,9 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
     the share of its bytes between nodes, DeepEP's and HybridEP's per-node deduplication;
     ``nvlink_share``: the share of NVLink's rate its kernel reaches,
     ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
-    laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
+    laid out differently from one group to the next (``mixed``) run ``ring.uneven_time``
+    where ``select.uneven_layouts`` knows them (NCCL's channels are the thinnest node's
+    members, docs/calibration.md §5.228), else keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     if kind == "alltoall":
         uniform, k, intra, nic, lat2, relay, bw, lat = link_terms(
