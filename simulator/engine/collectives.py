@@ -53,6 +53,10 @@ def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable)
         if ph.local_steps:      # NCCL's ring: the steps that stay in a node, at their latency
             lat += ph.local_steps * max(net.latency(a, b) for a, b in ph.flows
                                         if node_of(a) == node_of(b))
+        if ph.flow_nbytes is not None:      # flows of several sizes (``ring.uneven``)
+            kept = [(f, x) for f, x in zip(ph.flows, ph.flow_nbytes) if f[0] in issuers]
+            out.append((lat, [f for f, _ in kept], tuple(x for _, x in kept)))
+            continue
         flows = [f for f in ph.flows if f[0] in issuers]
         nbytes = ph.nbytes if ph.remote_nbytes is None else tuple(
             ph.remote_nbytes if node_of(a) != node_of(b) else ph.nbytes for a, b in flows)

@@ -48,13 +48,15 @@ class Phase:
     plus ``local_steps`` latencies of its slowest hop inside a node (NCCL's ring across
     nodes: only the steps that cross nodes pay the network's latency); with ``remote_nbytes``
     set, the flows between two nodes carry that instead (a forwarded all-to-all, the
-    striped ring)."""
+    striped ring); with ``flow_nbytes`` set, flow ``i`` carries ``flow_nbytes[i]`` instead
+    (the ring striped over nodes holding different member counts, ``ring.uneven``)."""
 
     flows: tuple[tuple[int, int], ...]
     nbytes: float
     steps: int
     remote_nbytes: float | None = None
     local_steps: int = 0
+    flow_nbytes: tuple[float, ...] | None = None
 
 
 def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float],
@@ -85,6 +87,12 @@ def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float
         if ph.local_steps:
             total += ph.local_steps * max(latency(a, b) for a, b in ph.flows
                                           if not port(a, b))
+        if ph.flow_nbytes is not None:     # flows of several sizes: each port's bytes summed
+            load: dict = {}
+            for (a, b), x in zip(ph.flows, ph.flow_nbytes):
+                load[a, port(a, b)] = load.get((a, port(a, b)), 0.0) + x / bandwidth(a, b)
+            total += max(load.values())
+            continue
         total += max((ph.remote_nbytes if port(a, b) and ph.remote_nbytes is not None
                       else ph.nbytes) * out[a, port(a, b)] / bandwidth(a, b)
                      for a, b in ph.flows)

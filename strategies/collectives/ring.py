@@ -28,6 +28,22 @@ latency to the other ``n-nodes``:
 (``k_in = k-1``, or ``k`` where the hop between nodes relays through the intra-node
 successor's port: ``striped_time``).
 
+**Nodes holding different member counts** (a group that straddles nodes unevenly, e.g. 4
+members on one node and 2 on the next). NCCL's communicator takes the fewest channels and
+the lowest per-channel rate any rank found (``src/init.cc``, v2.29.7-1 l. 1261-1264: the
+``nChannels`` and ``bwInter`` minima over the ranks' graphs), each channel enters and leaves
+every node once (``src/graph/connect.cc`` ``connectRings``), so every byte of the pass
+crosses into and out of the thinnest node through its ``k = min`` members' NICs. ``uneven``:
+``k`` channels, channel ``c`` entering each node at its member ``c`` and leaving it at member
+``c-1`` (mod the node's count) for the next node's member ``c``: a node's members pass ``k``
+channels' chunks to their successor but the ``k`` exits, which pass ``k-1`` and send one
+across (``Phase.flow_nbytes``):
+
+    p(n-1)/n · S/k · max((k + relay)/B_in, 1/B_out) + p((nodes-1)·lat_out + (n-nodes)·lat_in)
+
+(``uneven_time``; ``relay``: the hop between nodes crosses the source node's fabric to the
+GPU on the destination's rail, whose port may also take a member's ``k`` chunks).
+
 >>> [ (p.flows, p.nbytes, p.steps) for p in phases("allreduce", (0, 1, 2, 3), 4e9)]
 [(((0, 1), (1, 2), (2, 3), (3, 0)), 6000000000.0, 6)]
 >>> float(time(2, 4e9, 4, 1e9, 0.5))
@@ -51,7 +67,38 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list
         per = {len(m) for m in by}
         if len(by) > 1 and len(per) == 1 and per != {1}:
             return striped(kind, by, nbytes)
+        if len(by) > 1 and len(per) > 1:
+            return uneven(kind, by, nbytes)
     return rings(kind, [tuple(group)], nbytes)
+
+
+def uneven(kind: str, nodes: Sequence[Sequence[int]], nbytes: float) -> list[Phase]:
+    """The phase of NCCL's flat ring over ``nodes`` holding different member counts (each
+    node's members in order; nodes in ring order) in ``k = min`` count channels of
+    ``nbytes/k``: channel ``c`` enters each node at member ``c``, walks its members in
+    order and leaves from member ``c-1`` (mod the count) for member ``c`` of the next node.
+    Member ``j`` sends its successor in the node ``k`` channels' chunks (``k-1`` if it is an
+    exit), and an exit one chunk across; ``passes·(nodes-1)`` steps at the slowest hop,
+    ``passes·(n-nodes)`` at the slowest hop inside a node (tuning.cc's ``nInterSteps``)."""
+    if kind not in PASSES:
+        raise ValueError(f"collective kind={kind!r}: a ring runs {', '.join(PASSES)}")
+    k, m = min(len(x) for x in nodes), len(nodes)
+    n = sum(len(x) for x in nodes)
+    chunk = steps(kind, n) * (nbytes / n) / k
+    flows, sizes = [], []
+    for i, node in enumerate(nodes):
+        c_i, nxt = len(node), nodes[(i + 1) % m]
+        exits = {(c - 1) % c_i: c for c in range(k)}      # exit member -> its channel
+        for j, r in enumerate(node):
+            if c_i > 1 and (k > 1 or j not in exits):
+                flows.append((r, node[(j + 1) % c_i]))
+                sizes.append((k - (j in exits)) * chunk)
+            if j in exits:
+                flows.append((r, nxt[exits[j]]))
+                sizes.append(chunk)
+    p = PASSES[kind]
+    return [Phase(tuple(flows), k * chunk, p * (m - 1), local_steps=p * (n - m),
+                  flow_nbytes=tuple(sizes))]
 
 
 def striped(kind: str, nodes: Sequence[Sequence[int]], nbytes: float) -> list[Phase]:
@@ -135,6 +182,26 @@ def striped_of(nbytes: Num, terms: tuple) -> Num:
     latencies."""
     share, k, per_byte, lat = terms
     return (share * nbytes / k * per_byte + lat)[()]
+
+
+def uneven_time(passes: Num, nbytes: Num, n: Num, k: Num, nodes: Num, bw_in: Num,
+                lat_in: Num, bw_out: Num, lat_out: Num, relay=False) -> Num:
+    """Seconds of ``uneven`` alone on its links: ``n`` ranks on ``nodes > 1`` nodes, the
+    thinnest holding ``k`` (``k`` channels), the others more; ``bw_in``/``lat_in`` and
+    ``bw_out``/``lat_out`` as ``striped_time``'s. A non-exit member's port carries ``k``
+    channels' chunks, ``k + 1`` where a relayed hop between nodes joins it. Vectorised."""
+    return striped_of(nbytes, uneven_terms(passes, n, k, nodes, bw_in, lat_in, bw_out,
+                                           lat_out, relay))
+
+
+def uneven_terms(passes: Num, n: Num, k: Num, nodes: Num, bw_in: Num, lat_in: Num,
+                 bw_out: Num, lat_out: Num, relay=False) -> tuple:
+    """``striped_terms`` of ``uneven``: its member ports carry one channel's chunk more
+    than the even ring's (``striped_terms`` at ``k + 1``'s NVLink load). Vectorised."""
+    share, _, _, lat = striped_terms(passes, n, k, nodes, bw_in, lat_in, bw_out, lat_out,
+                                     relay)
+    k_in = k + np.asarray(relay, dtype=float)
+    return share, k, np.maximum(k_in / bw_in, 1.0 / bw_out), lat
 
 
 def kind_time(kind: str, nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:

@@ -96,6 +96,25 @@ def _strided_layout(n: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> tu
     return in_node | per_node | across, k, nodes
 
 
+def slot_layouts(n, stride, gpus_per_node: int) -> tuple:
+    """What ``tree_layouts`` and ``uneven_layouts`` read of the groups of ``n`` ranks
+    ``stride`` apart: ``strided_layout``'s ``(uniform, k, nodes)``, where ``stride`` divides
+    the node (``sub``), and along a trailing axis of the offsets ``o`` a group may start at
+    (``tree_layouts``' rule) the members ``m``, the slots a node ``s``, the members on the
+    first node and the nodes spanned. Vectorised."""
+    n, stride = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(stride, dtype=float))
+    G = gpus_per_node
+    uniform, k_u, nodes_u = strided_layout(n, stride, G)
+    sub = (stride < G) & (np.mod(G, np.maximum(stride, 1)) == 0)
+    slots = np.where(sub, G / np.maximum(stride, 1), 1.0)
+    gcd = np.gcd(np.maximum(n, 1).astype(np.int64), slots.astype(np.int64)).astype(float)
+    o = np.arange(G, dtype=float) * gcd[..., None]
+    o = np.where(o < slots[..., None], o, 0.0)
+    m, s = n[..., None], slots[..., None]
+    first = np.minimum(m, s - o)
+    return uniform, k_u, nodes_u, sub, m, s, o, first, 1.0 + np.ceil((m - first) / s)
+
+
 def tree_layouts(n, stride, gpus_per_node: int) -> tuple:
     """``(known, k, nodes)`` of the groups of ``n`` ranks ``stride`` apart that placement
     builds, for NCCL's tree (``src/graph/connect.cc``: a chain of each node's local ranks, a
@@ -107,21 +126,25 @@ def tree_layouts(n, stride, gpus_per_node: int) -> tuple:
     dividing the node, where the group is ``n`` consecutive slots of ``G/stride`` a node
     starting at ``o``, a multiple of ``gcd(n, G/stride)`` (every such ``o`` where there are
     that many groups): ``ceil((o+n)/(G/stride))`` nodes. Vectorised."""
-    n, stride = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(stride, dtype=float))
-    G = gpus_per_node
-    uniform, k_u, nodes_u = strided_layout(n, stride, G)
-    sub = (stride < G) & (np.mod(G, np.maximum(stride, 1)) == 0)
-    slots = np.where(sub, G / np.maximum(stride, 1), 1.0)
-    gcd = np.gcd(np.maximum(n, 1).astype(np.int64), slots.astype(np.int64)).astype(float)
-    o = np.arange(G, dtype=float) * gcd[..., None]
-    o = np.where(o < slots[..., None], o, 0.0)
-    m, s = n[..., None], slots[..., None]
-    first = np.minimum(m, s - o)
-    nodes = 1.0 + np.ceil((m - first) / s)
+    uniform, k_u, nodes_u, sub, m, s, o, first, nodes = slot_layouts(n, stride, gpus_per_node)
     k = np.where(nodes == 1, m, np.where(nodes == 2, np.maximum(first, m - first), s))
     u = uniform[..., None]
     return (uniform | sub, np.where(u, k_u[..., None], k),
             np.where(u, nodes_u[..., None], nodes))
+
+
+def uneven_layouts(n, stride, gpus_per_node: int) -> tuple:
+    """``(known, k, nodes)`` of the groups of ``n`` ranks ``stride`` apart that placement
+    builds and ``strided_layout`` does not call uniform, for NCCL's ring over nodes holding
+    different member counts (``ring.uneven``): where ``stride`` divides the node, over the
+    offsets ``tree_layouts`` enumerates, the thinnest node's members ``k`` (the ring's
+    channels) and the nodes a group spans, each at its worst offset (the fewest members,
+    the most nodes). Vectorised."""
+    uniform, _, _, sub, m, s, o, first, nodes = slot_layouts(n, stride, gpus_per_node)
+    last = np.mod(o + m, s)
+    k = np.where(nodes == 1, m, np.minimum(first, np.where(last > 0, last, s)))
+    nodes = np.max(nodes, axis=-1)
+    return (~uniform & sub & (nodes > 1))[()], np.min(k, axis=-1)[()], nodes[()]
 
 
 def strided_algorithm(n, stride, gpus_per_node: int, kind: str = "allreduce") -> np.ndarray:

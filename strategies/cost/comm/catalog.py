@@ -8,7 +8,8 @@ from typing import ContextManager
 import numpy as np
 
 from strategies.collectives import PASSES, all_to_all, ring
-from strategies.collectives.select import RING, strided_algorithm, strided_layout
+from strategies.collectives.select import (RING, strided_algorithm, strided_layout,
+                                          uneven_layouts)
 from strategies.cost.comm.links import (NVLINK_EFFICIENCY, array_key, exact_key,
                                         group_bandwidth, hop_rate, hop_relays, keep_answer,
                                         memo_block, nic_rate, pxn_relay)
@@ -28,7 +29,9 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
     the share of its bytes between nodes, DeepEP's and HybridEP's per-node deduplication;
     ``nvlink_share``: the share of NVLink's rate its kernel reaches,
     ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
-    laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
+    laid out differently from one group to the next (``mixed``) run ``ring.uneven_time``
+    where ``select.uneven_layouts`` knows them (NCCL's channels are the thinnest node's
+    members, docs/calibration.md §5.228), else keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     if kind == "alltoall":
         uniform, k, intra, nic, lat2, relay, bw, lat = link_terms(
@@ -124,7 +127,17 @@ def _link_terms(kind: str, n: Num, stride: Num, cluster: Cluster, remote_scale: 
     kk = np.maximum(k, 2.0)     # (priced only where k > 1: no division by k - 1 = 0 elsewhere)
     striped = uniform & (nodes > 1) & (k > 1)
     passes = PASSES[kind]
-    return ((algo == RING) & striped,
-            *ring.striped_terms(passes, n, kk, nodes, intra, lat_in, out, transfer_latency(
-                lat_in, cluster.inter_node_latency, True, relay), relay),
-            *ring.time_terms(passes, n, bw, lat))
+    terms = ring.striped_terms(passes, n, kk, nodes, intra, lat_in, out, transfer_latency(
+        lat_in, cluster.inter_node_latency, True, relay), relay)
+    # groups over nodes holding different member counts (``ring.uneven``, where the layout
+    # is known: ``select.uneven_layouts``): the thinnest node's members are the channels
+    on_u, k_u, nodes_u = uneven_layouts(n, stride, G)
+    if np.any(on_u):
+        relay_u = hop_relays(cluster, (s, -(np.maximum(G // np.maximum(s, 1), 1) - 1) * s))
+        out_u = transfer_rate(hop_rate(cluster), nic_rate(cluster), True, relay_u,
+                              cluster.planes)
+        u = ring.uneven_terms(passes, n, np.where(on_u, k_u, 1.0), nodes_u, intra, lat_in,
+                              out_u, transfer_latency(lat_in, cluster.inter_node_latency,
+                                                      True, relay_u), relay_u)
+        terms = tuple(np.where(on_u, a, b) for a, b in zip(u, terms))
+    return ((algo == RING) & striped | on_u, *terms, *ring.time_terms(passes, n, bw, lat))

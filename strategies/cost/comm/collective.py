@@ -7,7 +7,9 @@ timed by that algorithm's closed form (``catalog.catalog_time``). A group of ``n
 with one member per node, and with ``k > 1`` members on each of several nodes NCCL's flat ring
 striped over the members for every all-reduce, all-gather and reduce-scatter
 (``ring.striped_time``; docs/calibration.md §3.21); groups laid out differently from one group
-to the next keep ``links.group_bandwidth``'s ring.
+to the next run NCCL's ring in as many channels as the thinnest node has members
+(``ring.uneven_time``, §5.228) where ``select.uneven_layouts`` knows their layout, else
+``links.group_bandwidth``'s ring.
 
 A GPU profile's measured NCCL collectives (``paraplan calibrate``) scale the time of a
 collective whose group lies within one node by measured over modelled seconds
