@@ -118,7 +118,9 @@ def test_straddling_plan_folds_tp_only_and_the_fold_is_exact():
     0's GPUs on domain 1 would go to domain 0, stage 1's on it to domain 2) and cp's keeps
     the dp·cp ring only as a set whose flows are not equitable with dp whole: tp alone
     folds (§5.228), and the folded step is the unfolded one bit for bit; the estimate and
-    the contention-free simulation agree to 0.1 %."""
+    the contention-free simulation agree to 0.2 % (0.07 % before §5.227 priced each gradient
+    bucket's call latency in the estimate: the estimate sits 0.16 % above, as §5.227 found
+    on Megatron-Core's rank buckets)."""
     from simulator.fold import fold_spec
     from simulator.simulate import simulate
     from strategies.estimate.scalar import estimate
@@ -129,4 +131,4 @@ def test_straddling_plan_folds_tp_only_and_the_fold_is_exact():
     assert spec.steps == {"tp": 1, "cp": 2, "dp": 3} and len(spec.reps) == 12
     assert simulate(job).step_time_s == simulate(job, fold=False).step_time_s
     free = simulate(job, network="contention-free").step_time_s
-    assert free == pytest.approx(estimate(job).step_time_s, rel=1e-3)
+    assert free == pytest.approx(estimate(job).step_time_s, rel=2e-3)
