@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import os
 import sys
 from dataclasses import dataclass
@@ -38,12 +37,10 @@ sys.path.insert(0, ROOT)
 
 from strategies.estimate import estimate  # noqa: E402
 from strategies.job import Job  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
+from strategies.reference.cases import (case_from_entry, held_out_file_names,  # noqa: E402
+                                       load_reference, run_file_names)
 
 DATA = os.path.join(ROOT, "strategies", "reference", "data")
-#: files the held-out pooled figure leaves out (``/tmp/h/pooled.py``'s rule) or no run holds
-NOT_HELD_OUT = ("published.json",)
-NOT_RUNS = ("schedule_studies.json",)
 #: what a transcriber writes where the row's table cells and its release's config disagree
 STATED_VS_CONFIG = "(table vs config)"
 
@@ -201,9 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.file:
         paths = [a.file]
     else:
-        paths = [p for p in sorted(glob.glob(os.path.join(DATA, "*.json")))
-                 if os.path.basename(p) not in NOT_RUNS
-                 and (a.all or os.path.basename(p) not in NOT_HELD_OUT)]
+        # the held-out files (``reference_mape``'s pooled figure), or every file with runs
+        names = run_file_names(DATA) if a.all else held_out_file_names(DATA)
+        paths = [os.path.join(DATA, n) for n in names]
     rows = [r for p in paths for r in read_rows(p)]
     gs = groups(rows)
     print_table(gs)
