@@ -20,14 +20,18 @@ ROWS = json.loads(TEXT)
 with open(tr.INPUTS) as fh:
     INPUTS = json.load(fh)
 PAIRS = list(zip(ROWS, INPUTS))
-MIRRORS = [f"/work/.mirror/mlcommons+training_results_{v}/repo" for v in ("v3.0", "v3.1", "v4.0", "v4.1")]
+# the results mirrors (``fetch``'s snapshots: ``<root>/<owner>+<repo>/repo``) are read only
+# when PARAPLAN_MIRRORS names their root: a check of the kept inputs against their sources,
+# not of the code, and a minute of reading (docs/calibration.md §5.215, §5.216, §5.221)
+_MIRROR_ROOT = os.environ.get("PARAPLAN_MIRRORS", "")
+MIRRORS = [f"{_MIRROR_ROOT}/mlcommons+training_results_{v}/repo" for v in ("v3.0", "v3.1", "v4.0", "v4.1")] if _MIRROR_ROOT else []
 
 
 def test_the_data_file_is_rebuilt_from_the_inputs() -> None:
     assert tr.rows_text(INPUTS) == TEXT
 
 
-@pytest.mark.skipif(not all(os.path.isdir(m) for m in MIRRORS), reason="results mirrors not fetched")
+@pytest.mark.skipif(not MIRRORS or not all(os.path.isdir(m) for m in MIRRORS), reason="results mirrors not fetched")
 def test_the_transcriber_reads_the_mirrors_to_the_same_files() -> None:
     assert tr.main(["--sources", *MIRRORS, "--check"]) == 0
 
