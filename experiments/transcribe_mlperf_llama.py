@@ -61,8 +61,9 @@ RACKS_IN_NAME = re.compile(r"\((\d+)x NVIDIA GB\d00 NVL72\)")
 SYSTEM_KEYS = ("system_name", "number_of_nodes", "accelerators_per_node", "accelerator_model_name",
                "accelerator_interconnect", "host_networking")
 #: the catalog's GPU named by a system JSON's ``accelerator_model_name`` (first match wins)
-GPUS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"),
-        ("H100", "H100"))
+#: (shared with ``transcribe_mlperf_llama8b``; this benchmark has no B300 run)
+GPUS = (("GB300", "GB300"), ("GB200", "GB200"), ("B300", "B300"), ("B200", "B200"),
+        ("H200", "H200"), ("H100", "H100"))
 #: the Llama 3.1 405B shape (the benchmark's model: Llama 3.1 405B with the Mixtral 8x22B
 #: tokenizer, the implementations' README "Model details"); vocabulary 32768, Mixtral-8x22B's
 #: (strategies/presets.py ``mixtral-8x22b``), model fields as heldout_2026e.json's 405B rows

@@ -42,9 +42,6 @@ INPUTS = "strategies/reference/sources/heldout_mlperf_llama8b_inputs.json"
 BENCH = "llama31_8b"
 #: the results repositories read (v6.0 could not be fetched here: calibration §5.221)
 REPOS = ("mlcommons/training_results_v5.1",)
-#: the catalog's GPU named by a system JSON's ``accelerator_model_name`` (first match wins)
-GPUS = (("GB300", "GB300"), ("GB200", "GB200"), ("B300", "B300"), ("B200", "B200"),
-        ("H200", "H200"), ("H100", "H100"))
 #: Llama 3.1 8B with the Llama 3.1 tokenizer the benchmark ships (the implementation README's
 #: ``8b/tokenizer``: 128,256 ids, a multiple of 128 so NeMo pads nothing); pretrain.py builds
 #: NeMo's ``Llama31Config8B``; ``config_common_8b.sh`` sets ``OVERWRITTEN_NUM_LAYERS=32``
@@ -209,7 +206,8 @@ def read_sources(mirrors: list[str]) -> dict[str, Any]:
         subs, unknown, other = [], [], []
         for (submitter, system), logs in sorted(mlperf_log.result_files(files, BENCH).items()):
             sysj = json.loads(git(repo, "show", f"HEAD:{submitter}/systems/{system}.json"))
-            gpu = next((g for w, g in GPUS if w in sysj.get("accelerator_model_name", "")), None)
+            gpu = next((g for w, g in tr.GPUS if w in sysj.get("accelerator_model_name", "")),
+                       None)
             if gpu is None:
                 other.append({"submitter": submitter, "system": system,
                               "accelerator": sysj.get("accelerator_model_name")})
