@@ -70,7 +70,9 @@ PLANED: dict[str, tuple[str, int, str]] = {
 RACKS.update({k: RACKS[base] for k, (base, _, _) in PLANED.items() if base in RACKS})
 #: the rack-scale presets' names (``PRESET:N`` counts trays), multi-plane variants included
 RACK_PRESETS = tuple(RACKS)
-# Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree.
+# Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree. Against
+# nccl-tests' small-message rings (DGX A100: 1.98 us a step) and NCCL's LL128 tuning row (1.9 /
+# 4.0 us a step, the protocol it runs latency-bound rings with): docs/calibration.md §5.229.
 INTRA_LATENCY_S = 2.0e-6
 INTER_LATENCY_S = 5.0e-6
 
