@@ -8,7 +8,10 @@ name points at (``config_<system>.sh``, following its ``source`` lines: config_c
 config_fp8.sh, config_tp_h100.sh), the defaults of ``conf/custom.yaml`` (``oc.env:NAME,
 DEFAULT``) or, in v3.0, of ``run_and_time.sh`` (``: "${NAME:=DEFAULT}"``), the Dockerfile's
 release arguments, the ``systems/<system>.json`` file and the three ``result_N.txt`` logs
-(``experiments/mlperf_log.py``).
+(``experiments/mlperf_log.py``). Where custom.yaml decides ``defer_embedding_wgrad_compute``
+by its rule (``DEFER_RULE``), the rule is kept in the inputs and evaluated per row at the
+run's pp, MINIBS and micro-batch (``plan.defer_embedding_wgrad_compute``,
+``plan.wgrad_deferral_limit``: §5.232).
 
 The step time: the median, over a result file, of the per-step ``tracked_stats`` timing
 that NeMo's step timer logs (``train_step_timing``, v4.1 ``train_step_timing in s``; one
