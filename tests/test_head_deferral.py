@@ -102,3 +102,16 @@ def test_the_reader_takes_the_switch_and_its_limit() -> None:
 def test_system_refuses_a_bad_deferral(bad: float) -> None:
     with pytest.raises(SpecError, match="head_wgrad_deferral"):
         SystemConfig(head_wgrad_deferral=bad)
+
+
+def test_the_search_arrays_price_it_plan_by_plan() -> None:
+    """The vectorised path (``estimate_arrays`` over several plans at once): the pipelined
+    plans run faster with the deferral, the one-stage plan not at all."""
+    from strategies.estimate.analytic import estimate_arrays
+    jobs = [_job(pp=pp) for pp in (1, 2, 4)]
+    P = PlanArrays.from_plans([j.plan for j in jobs])
+    j = jobs[0]
+    off, on = (estimate_arrays(j.model, j.cluster, j.dtype, P, j.framework,
+                               SystemConfig(head_wgrad_deferral=d))["step_time_s"]
+               for d in (0.0, math.inf))
+    assert on[0] == off[0] and on[1] < off[1] and on[2] < off[2]
