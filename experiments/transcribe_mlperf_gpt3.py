@@ -8,7 +8,10 @@ name points at (``config_<system>.sh``, following its ``source`` lines: config_c
 config_fp8.sh, config_tp_h100.sh), the defaults of ``conf/custom.yaml`` (``oc.env:NAME,
 DEFAULT``) or, in v3.0, of ``run_and_time.sh`` (``: "${NAME:=DEFAULT}"``), the Dockerfile's
 release arguments, the ``systems/<system>.json`` file and the three ``result_N.txt`` logs
-(``experiments/mlperf_log.py``).
+(``experiments/mlperf_log.py``). Where custom.yaml decides ``defer_embedding_wgrad_compute``
+by its rule (``DEFER_RULE``), the rule is kept in the inputs and evaluated per row at the
+run's pp, MINIBS and micro-batch (``plan.defer_embedding_wgrad_compute``,
+``plan.wgrad_deferral_limit``: §5.232).
 
 The step time: the median, over a result file, of the per-step ``tracked_stats`` timing
 that NeMo's step timer logs (``train_step_timing``, v4.1 ``train_step_timing in s``; one
@@ -162,7 +165,32 @@ PRINTED = {"SEQ_PARALLEL": "sequence_parallel", "ACT_CKPT_GRANULARITY":
            "activations_checkpoint_granularity", "FP8": "fp8", "FP8_HYBRID": "fp8_hybrid",
            "FP8_AMAX_HISTORY": "fp8_amax_history_len", "FP8_AMAX_ALGO": "fp8_amax_compute_algo",
            "FP8_PARAMS": "fp8_params", "LAYER_CUDA_GRAPH": "enable_cuda_graph",
-           "INTERLEAVED_PIPELINE": "virtual_pipeline_model_parallel_size"}
+           "INTERLEAVED_PIPELINE": "virtual_pipeline_model_parallel_size",
+           "DEFER_EMBEDDING_WGRAD_COMPUTE": "defer_embedding_wgrad_compute",
+           "WGRAD_DEFERRAL_LIMIT": "wgrad_deferral_limit"}
+
+#: v4.0's and v4.1's ``conf/custom.yaml`` default for ``defer_embedding_wgrad_compute`` where
+#: the config exports no ``DEFER_EMBEDDING_WGRAD_COMPUTE``: off at pp 1, at MINIBS (the
+#: per-pipeline batch, global batch / dp) over 256 or at a micro-batch other than 1 ("It
+#: consumes too much memory for large GA"), else on
+DEFER_RULE = ("${if:${or:${eq:1,${oc.decode:${oc.env:PIPELINE_MODEL_PARALLEL}}},${lt:256,"
+              "${oc.decode:${oc.env:MINIBS}}},${neq:1,${oc.decode:${oc.env:MICRO_BATCH_SIZE}}}},"
+              "False,True}")
+#: where the deferral runs: Megatron-LM (24.09-alpha.rc0 dd182053afc6 / core_v0.7.0.beta
+#: 3c0f3ef38c64) buffers the output layer's input and output gradient instead of its
+#: weight-gradient GEMM (``tensor_parallel/layers.py`` L423-428, L873-877; the limit only from
+#: 24.09: core_v0.7.0.beta has no ``wgrad_deferral_limit``, every micro-batch), NeMo drains
+#: the buffer after the forward-backward call on the last stage; neither NeMo bd0b818ac2eb
+#: nor Megatron-LM df7271285d3e (v3.1's) has the switch
+DEFER_SOURCE = ("NeMo v2.0.0.rc0.beta b2eccd270dd9 / 24.09-alpha.rc0 4068955b5add "
+                "megatron_gpt_model.py drain_embedding_wgrad_compute after the forward-backward "
+                "call (L765 / L877)")
+
+
+def custom_yaml(mirror: "Mirror", folder: str) -> str:
+    """The folder's ``conf/custom.yaml`` text ('' where it has none)."""
+    path = f"{folder}/conf/custom.yaml"
+    return mirror.show(path) if mirror.has(path) else ""
 
 
 def printed_config(log: str) -> dict[str, str]:
@@ -259,7 +287,7 @@ def gather(mirrors: dict[str, Mirror]) -> list[dict]:
                 "MICRO_BATCH_SIZE", "INTERLEAVED_PIPELINE", "SEQ_PARALLEL", "TP_COMM_OVERLAP",
                 "ACT_CKPT_GRANULARITY", "FP8", "FP8_HYBRID", "FP8_AMAX_HISTORY", "FP8_AMAX_ALGO",
                 "FP8_PARAMS", "LAYER_CUDA_GRAPH", "USE_DIST_OPTIMIZER",
-                "DEFER_EMBEDDING_WGRAD_COMPUTE")
+                "DEFER_EMBEDDING_WGRAD_COMPUTE", "WGRAD_DEFERRAL_LIMIT")
         printed = printed_config(m.show(logs["files"][0]["file"]))
         log0 = os.path.basename(logs["files"][0]["file"])
         switches = {}
@@ -270,6 +298,8 @@ def gather(mirrors: dict[str, Mirror]) -> list[dict]:
                 switches[k] = (dflt[k], dflt_from)
             elif PRINTED.get(k) in printed:
                 switches[k] = (printed[PRINTED[k]], f"{log0}'s printed config")
+            elif k == "DEFER_EMBEDDING_WGRAD_COMPUTE" and DEFER_RULE in custom_yaml(m, folder):
+                switches[k] = (DEFER_RULE, "conf/custom.yaml's rule")
             else:
                 switches[k] = (None, "not set")
         out.append({
@@ -360,6 +390,20 @@ def row(s: dict) -> dict:
         notes.append("LAYER_CUDA_GRAPH graphs each transformer layer (custom.yaml "
                      "enable_cuda_graph / external_cuda_graph), not the whole step: "
                      "plan.cuda_graph (one graph per step) stays false.")
+    defer = sw["DEFER_EMBEDDING_WGRAD_COMPUTE"]
+    if defer == DEFER_RULE:
+        defer = not (pp == 1 or gbs // dp > 256 or mbs != 1)
+        rule = f"conf/custom.yaml's rule at pp {pp}, MINIBS {gbs // dp}, micro-batch {mbs}"
+    else:
+        defer = _flag(defer)
+        rule = s["switches"]["DEFER_EMBEDDING_WGRAD_COMPUTE"][1]
+    limit = int(sw["WGRAD_DEFERRAL_LIMIT"] or 0)
+    if defer:
+        notes.append(f"defer_embedding_wgrad_compute True ({rule}), wgrad_deferral_limit "
+                     f"{limit} ({s['switches']['WGRAD_DEFERRAL_LIMIT'][1]}): the last stage "
+                     "runs the output layer's weight-gradient GEMMs of "
+                     + ("every micro-batch" if not limit else f"the first {limit} micro-batches")
+                     + f" in the pipeline's drain ({DEFER_SOURCE}).")
     fp8_weights = fp8 and _flag(sw["FP8_PARAMS"])
     if fp8_weights:
         notes.append("fp8_params builds the model under Transformer Engine's fp8_model_init "
@@ -391,6 +435,8 @@ def row(s: dict) -> dict:
                  "tp_comm_overlap": _flag(sw["TP_COMM_OVERLAP"]),
                  "zero_stage": 1 if _flag(sw["USE_DIST_OPTIMIZER"]) else 0,
                  "fp8_param_gather": fp8_weights,
+                 **({"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit}
+                    if defer else {}),
                  "grad_accum": ga, "cuda_graph": False},
         "precision": "fp8 (delayed scaling)" if fp8 else "bf16",
         "measured": {"step_time_s": step},

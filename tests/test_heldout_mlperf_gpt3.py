@@ -153,3 +153,24 @@ def test_the_mbs2_h100_rows_fit_in_hbm_with_fp8_weights() -> None:
                                 system=replace(job.system, quantised_weights=0.0,
                                                param_gather_bytes=0.0))
         assert max(sum(vars(s).values()) for s in estimate(bf16_weights).memory_by_stage) > hbm
+
+
+def test_deferred_output_weight_gradients_as_the_configs_set_them() -> None:
+    """v4.1's 32/64-node configs export DEFER_EMBEDDING_WGRAD_COMPUTE=True with
+    WGRAD_DEFERRAL_LIMIT=65; v4.0's and v4.1's custom.yaml turn it on by rule at pp > 1,
+    MINIBS <= 256 and micro-batch 1 (the three 1,344/1,452-node rows, limit 0: every
+    micro-batch); Oracle's logs print it false; v3.x's NeMo and Megatron have no such switch.
+    The reader gives the last stage's deferral (``SystemConfig.head_wgrad_deferral``)."""
+    import math
+    want = {"mlperf41_gpt3_nvidia_eos_n32": 65.0, "mlperf41_gpt3_nvidia_eos_n64": 65.0,
+            "mlperf40_gpt3_nvidia_eos-dfw_n1344": math.inf,
+            "mlperf40_gpt3_nvidia_eos-dfw_n1452": math.inf,
+            "mlperf41_gpt3_nvidia_eos-dfw_n1452": math.inf}
+    for r, s in PAIRS:
+        said = r["plan"].get("defer_embedding_wgrad_compute")
+        assert said is (True if r["id"] in want else None), r["id"]
+        assert case_from_entry(r, ROWS).job.system.head_wgrad_deferral == want.get(r["id"], 0.0)
+        if s["round"] in ("v3.0", "v3.1"):
+            assert s["switches"]["DEFER_EMBEDDING_WGRAD_COMPUTE"] == [None, "not set"]
+        if r["id"] in want:
+            assert "drain_embedding_wgrad_compute" in r["notes"]

@@ -127,6 +127,12 @@ class SystemConfig:
     #: estimate's, the bound's and the simulator's record, ``stage.clock_duty``); 0 (default)
     #: the whole step at ``1/OVERLAP_CLOCK_RATIO``. docs/calibration.md §5.226
     overlap_clock_duty: float = 0.0
+    #: Micro-batches of a step whose output-layer weight-gradient GEMM the last pipeline
+    #: stage defers to the pipeline's drain, where the stack states it (Megatron-Core
+    #: ``defer_embedding_wgrad_compute`` with ``wgrad_deferral_limit`` k: the first k,
+    #: ``inf`` for k = 0, every one; ``cost.head_deferral``); 0 (default): none, each
+    #: micro-batch's in its backward. docs/calibration.md §5.232
+    head_wgrad_deferral: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -151,6 +157,9 @@ class SystemConfig:
         if self.quant_scope != 0 and self.quant_scope not in QUANT_SCOPES:
             raise SpecError("quant_scope", self.quant_scope, "must be 0 or a code of "
                             f"quant_scope.QUANT_SCOPES ({', '.join(map(str, QUANT_SCOPES))})")
+        if not self.head_wgrad_deferral >= 0:
+            raise SpecError("head_wgrad_deferral", self.head_wgrad_deferral,
+                            "must be >= 0 (micro-batches; inf: every one)")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

@@ -36,8 +36,8 @@ from strategies.reference.plan_reading import (balanced_layers, parallel_sizes, 
                                                recipe_layout_plan, slot_plan,
                                                stated_stages_plan)
 from strategies.reference.recipe_options import llama_recipe_switches, routing_balance
-from strategies.reference.stated_switches import (stated_compile, stated_param_gather,
-                                                  stated_size)
+from strategies.reference.stated_switches import (stated_compile, stated_head_deferral,
+                                                  stated_param_gather, stated_size)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
 DATA_DIR = os.path.dirname(DATA)
@@ -216,6 +216,9 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
                          quantised_weights=1.0)
         notes.append(f"quantised weights, stored and all-gathered after the optimizer at "
                      f"{q_ag[0]:g} byte each ({q_ag[1]})")
+    defer = stated_head_deferral(c, plan.pp, notes)
+    if defer is not None:
+        system = replace(system or SystemConfig(), head_wgrad_deferral=defer)
     scope = stated_quant_scope(c, dtype)
     if scope is not None:
         system = replace(system or SystemConfig(), quant_scope=float(scope[0]))

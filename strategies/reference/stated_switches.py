@@ -92,6 +92,36 @@ def stated_param_gather(c: dict, dtype: str, notes: list[str]) -> tuple[float, s
     return (GATHER_BYTES[dtype], STATED_GATHER_SOURCE) if said else None
 
 
+#: where the deferral is read (docs/calibration.md §5.232)
+HEAD_DEFERRAL_SOURCE = ("stated: plan.defer_embedding_wgrad_compute / plan.wgrad_deferral_limit "
+                        "(Megatron-Core's switches; the output layer's weight gradients of the "
+                        "first `limit` micro-batches, every one at 0, run in the pipeline's drain)")
+
+
+def stated_head_deferral(c: dict, pp: int, notes: list[str]) -> float | None:
+    """``SystemConfig.head_wgrad_deferral`` of entry ``c``: the micro-batches whose output-layer
+    weight gradient its last stage defers to the pipeline's drain, where its plan states
+    ``defer_embedding_wgrad_compute`` true (``wgrad_deferral_limit`` k > 0: k; 0 or not
+    stated: ``inf``, every one, Megatron-Core's default limit 0); None where not stated,
+    stated false, or without pipelining (Megatron-Core refuses it at pp 1:
+    ``model_parallel_config.py``). SpecError for a non-boolean switch or a negative or
+    non-integer limit (``plan.wgrad_deferral_limit``)."""
+    pl = c.get("plan") or {}
+    said = stated_bool(pl, "defer_embedding_wgrad_compute")
+    limit = stated_number(pl, "wgrad_deferral_limit")
+    if limit is not None and (limit < 0 or limit != int(limit)):
+        raise SpecError("plan.wgrad_deferral_limit", limit, "must be an integer >= 0")
+    if not said or pp < 2:
+        if said:
+            notes.append("defer_embedding_wgrad_compute stated but not modelled at pp 1")
+        return None
+    k = float(limit) if limit else float("inf")
+    notes.append(f"the last stage's output-layer weight gradients of "
+                 f"{'every micro-batch' if k == float('inf') else f'the first {k:g} micro-batches'}"
+                 f" in the pipeline's drain ({HEAD_DEFERRAL_SOURCE})")
+    return k
+
+
 #: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for
 #: FlashAttention the word in its techniques or notes
 _STATED = {"overlap_grad_reduce": "--overlap-grad-reduce",

@@ -13,6 +13,7 @@ from typing import Any, ContextManager, Mapping
 import numpy as np
 
 from strategies.cost import async_tp, attention_time, comm_bytes, embedding_head_time, ep_dispatch
+from strategies.cost import head_deferral
 from strategies.cost import cp_a2a, cp_hier, gemm_time, param_counts, quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
@@ -108,6 +109,12 @@ def record_of(si: StageInputs) -> StageCostArrays:
     g_f = slow * gemm_time.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
     head_f, head_b, head_w = embedding_head_time.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw,
                                                                     slow, shard_acc, sy)
+    if sy.head_wgrad_deferral:
+        # the output weight gradients the drain holds, off the last stage's backward (§5.232)
+        held = head_deferral.deferred_head_wgrad(
+            head_w, si.lpc * (lt.bwd + md_b + share * lt.recompute), P.pp, si.mb,
+            sy.head_wgrad_deferral)
+        head_b, head_w = head_b - held, head_w - held
     emb_f = embedding_head_time.embedding_time(m, b, tp, cp, gpu, sy)
     emb_b = embedding_head_time.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
     # the embedding's and the output's TP collectives on their stage (§5.84, §5.88): the
