@@ -152,7 +152,7 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     held_by = chunk_records(job, None, costs)          # the real chunks
     even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
-    shift, held, timed = a2a_shift(job, r, even, real, span, costs)
+    shift, held, timed, own = a2a_shift(job, r, even, real, span, costs)
     # the busiest real rank's own exposed offload copies: the breakdown's entry
     off = busiest(ranks(real), rank_offloads(job, held_by))
     msgs, idle = messages_shift(job, r, ranks(even), ranks(real)), 0.0
@@ -167,8 +167,11 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
         # (the order's shift holds the layers' TP/CP communication too: the busiest rank's
         # extra layers' share is theirs, not the all-to-all's, §5.225)
         extra = (scale - 1.0) * (float(r["tp_comm"]) + float(r["cp_comm"]))
-        return corrected(job, r, makespan(even), makespan(real), msgs, shift - extra,
-                         idle + extra, scale, off)
+        # DualPipe's: the busiest rank's own exposed all-to-all on the order is ``ep_comm``,
+        # the rest of the shift its bubble (§5.231)
+        a2a = shift - extra if own is None else own - float(r["ep_comm"])
+        return corrected(job, r, makespan(even), makespan(real), msgs, a2a,
+                         idle + shift - a2a, scale, off)
     # the rest of the order's shift is bubble
     return corrected(job, r, makespan(even), makespan(real), msgs, 0.0, shift + idle, scale,
                      off)
@@ -252,9 +255,8 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
-    if pairs and job.layout.uniform and (
-            (sched.overlaps_pairs and p.ep > 1) or (not sched.overlaps_pairs and not c.by_kind)):
-        return 0.0, None, None
+    if pairs and job.layout.uniform and not sched.overlaps_pairs and not c.by_kind:
+        return 0.0, None, None, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -263,7 +265,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
     if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
-        return 0.0, None, None
+        return 0.0, None, None, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -295,10 +297,120 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
+    dual = _dual_pairs(job, costs, times, a2a, rc, other) if sched.overlaps_pairs else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
+    own = None
+    if dual is not None:            # the busiest rank's own exposed all-to-all (``ep_comm``)
+        pairs = lambda rank, group: dual(rank, group)[0]    # noqa: E731
+
+        def lone(kind: str, ch: int) -> float:
+            return counts(busiest, ch)[1] * (a2a + (rc if kind == "B" else 0.0))
+        own = order_a2a(sched, busiest, p.pp, job.num_microbatches, p.vpp,
+                        p.microbatch_group_size, lone, lambda g: dual(busiest, g)[1])
     return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
-            (times, pairs))
+            (times, pairs), own)
+
+
+def order_a2a(sched: Any, rank: int, pp: int, m: int, vpp: int, group_size: int | None,
+              lone: Any, paired: Any) -> float:
+    """Seconds of ``rank``'s own exposed expert all-to-all over one step of ``sched``'s
+    order (``Schedule.steps``), as the order's replay prices it: each forward and backward
+    run alone ``lone(kind, chunk)``, each overlapped group of several steps (DualPipe's
+    ``F&B&W``) ``paired(members)`` (``(kind, chunk)`` of each); a weight-gradient step
+    alone none. What the simulator's metrics charge to ``ep_comm`` on that rank (idle
+    compute while only its all-to-all moves bytes, ``simulator.metrics``)."""
+    total, group = 0.0, []
+    for s in sched.steps(rank, pp, m, vpp, group_size):
+        group.append(s)
+        if s.overlap:
+            continue
+        if len(group) > 1:
+            total += paired(tuple([(x.kind, x.chunk) for x in group]))
+        elif s.kind != "W":
+            total += lone(s.kind, s.chunk)
+        group = []
+    return total
+
+
+def _dual_pairs(job: Job, costs: StageCostMemo | None, times: list, a2a: float, rc: float,
+                other: float):
+    """``dual(rank, members)``: ``(seconds, exposed all-to-all seconds)`` of one of
+    DualPipe's overlapped groups (``F& B& W``: a forward of one chunk, the input-gradient
+    backward of another, then the weight gradients) as the simulator's builder runs it
+    (``simulator.program.overlapped_pairs.OverlappedPairs.overlapped``): layer by layer in
+    turn, the forward's first; each layer's compute, then its all-to-all on the one
+    expert-parallel stream (``a2a`` per mean layer scaled by its expert bytes; FIFO) beside
+    its TP/CP communication (``other / 2`` a layer, which blocks the compute stream); a
+    pass's next layer waits for its own last all-to-all (the partner's layer between them
+    hides it), a recomputed MoE layer's (``rc``) runs before its backward, exposed. The
+    layers one pass has beyond the other's run alone, each waiting for its own previous
+    all-to-all; a pass's last all-to-all is waited for by its output message only, or by
+    its LM head's forward. The forward's embedding before its layers and LM head after
+    them, the backward's LM-head and embedding input-gradient parts likewise, then the
+    group's ``W`` (``times``' chunk ``W``), compute only. Equal chunks of one kind whose
+    all-to-all hides: the analytic ``F + B + W`` plus their TP/CP communication."""
+    p = job.plan
+    records = chunk_records(job, None, costs)
+    keep: dict[tuple, tuple[float, float]] = {}
+
+    def layers(rank: int, ch: int, fwd: bool) -> tuple[float, list, float]:
+        """``(lead, [(compute, all-to-all, exposed before), ...] in run order, tail)``."""
+        c, items, emb, head = records[rank][ch]
+        mean = max(c.ep_bytes, 1e-30)
+        one = []
+        for n, x in items:
+            t = a2a * x.ep_bytes / mean
+            if fwd:
+                one += [(x.layer_fwd, t, 0.0)] * int(round(n))
+            else:
+                one += [(x.layer_bwd - x.layer_wgrad + x.layer_recompute, t,
+                         rc * x.ep_bytes / mean)] * int(round(n))
+        if fwd:
+            return (c.embedding_fwd if emb else 0.0), one, (c.head_fwd if head else 0.0)
+        return ((c.head_bwd - c.head_wgrad) if head else 0.0), one[::-1], \
+            ((c.embedding_bwd - c.embedding_wgrad) if emb else 0.0)
+
+    def dual(rank: int, members: tuple) -> tuple[float, float]:
+        hit = keep.get((rank, members))
+        if hit is not None:
+            return hit
+        passes = [(k, ch) for k, ch in members if k != "W"]
+        w = sum(times[rank][ch][2] for k, ch in members if k == "W")
+        o = other / 2
+        runs = []
+        for k, ch in passes:
+            lead, one, tail = layers(rank, ch, k == "F")
+            runs.append([lead, iter(one), tail, None])    # pending own all-to-all end
+        clock = tp = ep = idle = 0.0
+        live = list(range(len(runs)))
+        while live:
+            for i in list(live):
+                lead, it, tail, pend = runs[i]
+                x = next(it, None)
+                ready = max(clock, tp)
+                if x is None:               # the pass ends: its tail, if any
+                    live.remove(i)
+                    if tail > 0:
+                        start = max(ready, pend or 0.0)
+                        idle += start - ready
+                        clock = start + tail
+                    continue
+                f, t, before = x
+                start = max(ready, pend or 0.0)
+                idle += start - ready
+                clock = start + lead + before + f
+                idle += before
+                runs[i][0] = 0.0
+                if t > 0:
+                    ep = max(ep, clock) + t
+                    runs[i][3] = ep
+                else:
+                    runs[i][3] = None
+                tp = clock + o
+        out = keep[(rank, members)] = (max(clock, tp) + w, idle)
+        return out
+    return dual
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
