@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from strategies.cost.system import get_system
 from strategies.estimate.stage_correction import corrected, messages_shift
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.stage_passes import busiest, chunk_seconds, offload_seconds
@@ -167,8 +168,8 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
         # (the order's shift holds the layers' TP/CP communication too: the busiest rank's
         # extra layers' share is theirs, not the all-to-all's, §5.225)
         extra = (scale - 1.0) * (float(r["tp_comm"]) + float(r["cp_comm"]))
-        # DualPipe's: the busiest rank's own exposed all-to-all on the order is ``ep_comm``,
-        # the rest of the shift its bubble (§5.231)
+        # the busiest rank's own exposed all-to-all on the order is ``ep_comm``, the rest
+        # of the shift its bubble (§5.231)
         a2a = shift - extra if own is None else own - float(r["ep_comm"])
         return corrected(job, r, makespan(even), makespan(real), msgs, a2a,
                          idle + shift - a2a, scale, off)
@@ -255,7 +256,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
-    if pairs and job.layout.uniform and not sched.overlaps_pairs and not c.by_kind:
+    on = bool(get_system(job.system).dualpipe_ep_order)    # §5.231's switch
+    if pairs and job.layout.uniform and (
+            (sched.overlaps_pairs and p.ep > 1 and not on)
+            or (not sched.overlaps_pairs and not c.by_kind)):
         return 0.0, None, None, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
@@ -297,17 +301,28 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
-    dual = _dual_pairs(job, costs, times, a2a, rc, other) if sched.overlaps_pairs else None
+    dual = _dual_pairs(job, costs, times, a2a, rc, other) \
+        if sched.overlaps_pairs and on else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
-    own = None
-    if dual is not None:            # the busiest rank's own exposed all-to-all (``ep_comm``)
+    if dual is not None:
         pairs = lambda rank, group: dual(rank, group)[0]    # noqa: E731
 
-        def lone(kind: str, ch: int) -> float:
-            return counts(busiest, ch)[1] * (a2a + (rc if kind == "B" else 0.0))
-        own = order_a2a(sched, busiest, p.pp, job.num_microbatches, p.vpp,
-                        p.microbatch_group_size, lone, lambda g: dual(busiest, g)[1])
+    def lone(kind: str, ch: int) -> float:
+        return counts(busiest, ch)[1] * (a2a + (rc if kind == "B" else 0.0))
+
+    def paired(group: tuple) -> float:
+        """A group's exposed all-to-all: ``_dual_pairs``', or each pass's ``pair / 2`` a
+        MoE layer (the times' rule without the switch)."""
+        if dual is not None:
+            return dual(busiest, group)[1]
+        return sum(counts(busiest, ch)[1] * (pair / 2 + (rc if k == "B" else 0.0))
+                   for k, ch in group if k != "W")
+    # the busiest rank's own exposed all-to-all on the order (``ep_comm``; Megatron's
+    # combined pairs keep theirs, §5.91)
+    own = None if p.ep_overlap else order_a2a(
+        sched, busiest, p.pp, job.num_microbatches, p.vpp, p.microbatch_group_size, lone,
+        paired)
     return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
             (times, pairs), own)
 
