@@ -229,8 +229,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
                costs: StageCostMemo | None = None
                ) -> tuple[float, float | None, tuple | None]:
     """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
-    ``chunk_shares``, and the ``(chunk times, pair seconds)`` the order ran with, or None,
-    None where 0): the seconds the exposed expert all-to-all changes by
+    ``chunk_shares``, the ``(chunk times, pair seconds)`` the order ran with, and that
+    rank's own exposed all-to-all seconds on the order (``order_a2a``; None with
+    ``ep_overlap``); or ``0, None, None, None``): the seconds the exposed expert all-to-all
+    changes by
     when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
@@ -245,7 +247,9 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
     combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
     (``splits_backward``) plans and for the even split of one kind (but DualPipe's and
-    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225);
+    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225,
+    and with it where ``SystemConfig.dualpipe_ep_order`` is on, §5.231, their groups then
+    ``_dual_pairs``');
     without expert parallelism the same order with the layers' TP and CP communication alone
     (an uneven layout, docs/calibration.md §5.93).
     ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
