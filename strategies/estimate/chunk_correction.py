@@ -11,6 +11,7 @@ from typing import Any
 
 from strategies.cost.system import get_system
 from strategies.estimate.stage_correction import corrected, messages_shift
+from strategies.estimate.pair_layers import dual_pairs, order_a2a
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.stage_passes import busiest, chunk_seconds, offload_seconds
 from strategies.job import Job
@@ -249,7 +250,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     (``splits_backward``) plans and for the even split of one kind (but DualPipe's and
     DualPipeV's without expert parallelism, whose even split replays its order too, §5.225,
     and with it where ``SystemConfig.dualpipe_ep_order`` is on, §5.231, their groups then
-    ``_dual_pairs``');
+    ``pair_layers.dual_pairs``');
     without expert parallelism the same order with the layers' TP and CP communication alone
     (an uneven layout, docs/calibration.md §5.93).
     ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
@@ -305,7 +306,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
-    dual = _dual_pairs(job, costs, times, a2a, rc, other) \
+    dual = dual_pairs(chunk_records(job, None, costs), times, a2a, rc, other) \
         if sched.overlaps_pairs and on else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
@@ -316,8 +317,8 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
         return counts(busiest, ch)[1] * (a2a + (rc if kind == "B" else 0.0))
 
     def paired(group: tuple) -> float:
-        """A group's exposed all-to-all: ``_dual_pairs``', or each pass's ``pair / 2`` a
-        MoE layer (the times' rule without the switch)."""
+        """A group's exposed all-to-all: ``dual_pairs``', or each pass's ``pair / 2`` a MoE
+        layer (the times' rule without the switch)."""
         if dual is not None:
             return dual(busiest, group)[1]
         return sum(counts(busiest, ch)[1] * (pair / 2 + (rc if k == "B" else 0.0))
@@ -329,107 +330,6 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
         paired)
     return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
             (times, pairs), own)
-
-
-def order_a2a(sched: Any, rank: int, pp: int, m: int, vpp: int, group_size: int | None,
-              lone: Any, paired: Any) -> float:
-    """Seconds of ``rank``'s own exposed expert all-to-all over one step of ``sched``'s
-    order (``Schedule.steps``), as the order's replay prices it: each forward and backward
-    run alone ``lone(kind, chunk)``, each overlapped group of several steps (DualPipe's
-    ``F&B&W``) ``paired(members)`` (``(kind, chunk)`` of each); a weight-gradient step
-    alone none. What the simulator's metrics charge to ``ep_comm`` on that rank (idle
-    compute while only its all-to-all moves bytes, ``simulator.metrics``)."""
-    total, group = 0.0, []
-    for s in sched.steps(rank, pp, m, vpp, group_size):
-        group.append(s)
-        if s.overlap:
-            continue
-        if len(group) > 1:
-            total += paired(tuple([(x.kind, x.chunk) for x in group]))
-        elif s.kind != "W":
-            total += lone(s.kind, s.chunk)
-        group = []
-    return total
-
-
-def _dual_pairs(job: Job, costs: StageCostMemo | None, times: list, a2a: float, rc: float,
-                other: float):
-    """``dual(rank, members)``: ``(seconds, exposed all-to-all seconds)`` of one of
-    DualPipe's overlapped groups (``F& B& W``: a forward of one chunk, the input-gradient
-    backward of another, then the weight gradients) as the simulator's builder runs it
-    (``simulator.program.overlapped_pairs.OverlappedPairs.overlapped``): layer by layer in
-    turn, the forward's first; each layer's compute, then its all-to-all on the one
-    expert-parallel stream (``a2a`` per mean layer scaled by its expert bytes; FIFO) beside
-    its TP/CP communication (``other / 2`` a layer, which blocks the compute stream); a
-    pass's next layer waits for its own last all-to-all (the partner's layer between them
-    hides it), a recomputed MoE layer's (``rc``) runs before its backward, exposed. The
-    layers one pass has beyond the other's run alone, each waiting for its own previous
-    all-to-all; a pass's last all-to-all is waited for by its output message only, or by
-    its LM head's forward. The forward's embedding before its layers and LM head after
-    them, the backward's LM-head and embedding input-gradient parts likewise, then the
-    group's ``W`` (``times``' chunk ``W``), compute only. Equal chunks of one kind whose
-    all-to-all hides: the analytic ``F + B + W`` plus their TP/CP communication."""
-    p = job.plan
-    records = chunk_records(job, None, costs)
-    keep: dict[tuple, tuple[float, float]] = {}
-
-    def layers(rank: int, ch: int, fwd: bool) -> tuple[float, list, float]:
-        """``(lead, [(compute, all-to-all, exposed before), ...] in run order, tail)``."""
-        c, items, emb, head = records[rank][ch]
-        mean = max(c.ep_bytes, 1e-30)
-        one = []
-        for n, x in items:
-            t = a2a * x.ep_bytes / mean
-            if fwd:
-                one += [(x.layer_fwd, t, 0.0)] * int(round(n))
-            else:
-                one += [(x.layer_bwd - x.layer_wgrad + x.layer_recompute, t,
-                         rc * x.ep_bytes / mean)] * int(round(n))
-        if fwd:
-            return (c.embedding_fwd if emb else 0.0), one, (c.head_fwd if head else 0.0)
-        return ((c.head_bwd - c.head_wgrad) if head else 0.0), one[::-1], \
-            ((c.embedding_bwd - c.embedding_wgrad) if emb else 0.0)
-
-    def dual(rank: int, members: tuple) -> tuple[float, float]:
-        hit = keep.get((rank, members))
-        if hit is not None:
-            return hit
-        passes = [(k, ch) for k, ch in members if k != "W"]
-        w = sum(times[rank][ch][2] for k, ch in members if k == "W")
-        o = other / 2
-        runs = []
-        for k, ch in passes:
-            lead, one, tail = layers(rank, ch, k == "F")
-            runs.append([lead, iter(one), tail, None])    # pending own all-to-all end
-        clock = tp = ep = idle = 0.0
-        live = list(range(len(runs)))
-        while live:
-            for i in list(live):
-                lead, it, tail, pend = runs[i]
-                x = next(it, None)
-                ready = max(clock, tp)
-                if x is None:               # the pass ends: its tail, if any
-                    live.remove(i)
-                    if tail > 0:
-                        start = max(ready, pend or 0.0)
-                        idle += start - ready
-                        clock = start + tail
-                    continue
-                f, t, before = x
-                start = max(ready, pend or 0.0)
-                idle += start - ready
-                clock = start + lead + before + f
-                idle += before
-                runs[i][0] = 0.0
-                if t > 0:
-                    ep = max(ep, clock) + t
-                    runs[i][3] = ep
-                else:
-                    runs[i][3] = None
-                tp = clock + o
-        out = keep[(rank, members)] = (max(clock, tp) + w, idle)
-        return out
-    return dual
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
