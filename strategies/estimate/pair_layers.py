@@ -87,12 +87,12 @@ def dual_pairs(records: list, times: list, a2a: float, rc: float, other: float
                 lead, it, tail, pend = runs[i]
                 x = next(it, None)
                 ready = max(clock, tp)
-                if x is None:               # the pass ends: its tail, if any
-                    live.remove(i)
-                    if tail > 0:
+                if x is None:               # the pass ends: its tail, if any (and the
+                    live.remove(i)          # lead of a chunk without layers)
+                    if lead + tail > 0:
                         start = max(ready, pend or 0.0)
                         idle += start - ready
-                        clock = start + tail
+                        clock = start + lead + tail
                     continue
                 f, t, before = x
                 start = max(ready, pend or 0.0)
