@@ -63,6 +63,24 @@ def busiest_stage(sim_json: dict) -> dict:
     return max(stages, key=lambda b: b["compute"] + b["recompute"] + b["offload"])
 
 
+def against_simulation(job, keys: tuple[str, ...], rel: float = 1e-9) -> list[str]:
+    """The entries of ``keys`` (and ``step``) where ``estimate(job)`` and the contention-free
+    simulation's busiest stage (``busiest_stage``) differ by more than ``rel``, and
+    ``"sum"`` where the estimate's breakdown does not add up to its step (1e-12): the check
+    the exactness tests make. Empty where they agree."""
+    from simulator.simulate import simulate, to_json
+    from strategies.estimate.scalar import estimate
+    e = estimate(job)
+    out = to_json(simulate(job, network="contention-free"), job)
+    b = busiest_stage(out)
+    pairs = [("step", e.step_time_s, out["step_time_s"])] + [
+        (k, e.breakdown_s[k], b[k]) for k in keys]
+    bad = [k for k, x, y in pairs if abs(x - y) > rel * abs(y) + 1e-12]
+    if abs(sum(e.breakdown_s.values()) - e.step_time_s) > 1e-12 * e.step_time_s:
+        bad.append("sum")
+    return bad
+
+
 def main(sim: bool) -> None:
     from strategies.estimate.scalar import estimate
     if sim:

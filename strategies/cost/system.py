@@ -27,7 +27,7 @@ from strategies.errors import SpecError
 from topologies.gpus import GIB
 
 _FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies",
-              "comm_sm_share", "overlap_clock_duty")
+              "comm_sm_share", "overlap_clock_duty", "dualpipe_ep_order")
 
 #: Megatron-Core DDP's default gradient bucket, parameters: ``bucket_size = max(40000000,
 #: 1000000 * dp)`` when ``DistributedDataParallelConfig.bucket_size`` is None
@@ -133,6 +133,12 @@ class SystemConfig:
     #: ``inf`` for k = 0, every one; ``cost.head_deferral``); 0 (default): none, each
     #: micro-batch's in its backward. docs/calibration.md §5.232
     head_wgrad_deferral: float = 0.0
+
+    #: 1 where DualPipe's and DualPipeV's even split with expert parallelism is priced on its
+    #: order with each pass's own all-to-all (``chunk_correction.a2a_shift``, as an uneven
+    #: layout is: the contention-free simulation to 1e-15 on one pipeline); 0 (default) the
+    #: even composition's closed form. docs/calibration.md §5.231
+    dualpipe_ep_order: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

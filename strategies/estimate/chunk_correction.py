@@ -9,7 +9,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from strategies.cost.system import get_system
 from strategies.estimate.stage_correction import corrected, messages_shift
+from strategies.estimate.pair_layers import dual_pairs, order_a2a
 from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.estimate.stage_passes import busiest, chunk_seconds, offload_seconds
 from strategies.job import Job
@@ -152,7 +154,7 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     held_by = chunk_records(job, None, costs)          # the real chunks
     even, real = chunk_times(job, job.cluster.gpu, costs), seconds_of(held_by)
-    shift, held, timed = a2a_shift(job, r, even, real, span, costs)
+    shift, held, timed, own = a2a_shift(job, r, even, real, span, costs)
     # the busiest real rank's own exposed offload copies: the breakdown's entry
     off = busiest(ranks(real), rank_offloads(job, held_by))
     msgs, idle = messages_shift(job, r, ranks(even), ranks(real)), 0.0
@@ -167,8 +169,11 @@ def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
         # (the order's shift holds the layers' TP/CP communication too: the busiest rank's
         # extra layers' share is theirs, not the all-to-all's, §5.225)
         extra = (scale - 1.0) * (float(r["tp_comm"]) + float(r["cp_comm"]))
-        return corrected(job, r, makespan(even), makespan(real), msgs, shift - extra,
-                         idle + extra, scale, off)
+        # the busiest rank's own exposed all-to-all on the order is ``ep_comm``, the rest
+        # of the shift its bubble (§5.231)
+        a2a = shift - extra if own is None else own - float(r["ep_comm"])
+        return corrected(job, r, makespan(even), makespan(real), msgs, a2a,
+                         idle + shift - a2a, scale, off)
     # the rest of the order's shift is bubble
     return corrected(job, r, makespan(even), makespan(real), msgs, 0.0, shift + idle, scale,
                      off)
@@ -225,8 +230,10 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
                costs: StageCostMemo | None = None
                ) -> tuple[float, float | None, tuple | None]:
     """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
-    ``chunk_shares``, and the ``(chunk times, pair seconds)`` the order ran with, or None,
-    None where 0): the seconds the exposed expert all-to-all changes by
+    ``chunk_shares``, the ``(chunk times, pair seconds)`` the order ran with, and that
+    rank's own exposed all-to-all seconds on the order (``order_a2a``; None with
+    ``ep_overlap``); or ``0, None, None, None``): the seconds the exposed expert all-to-all
+    changes by
     when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
@@ -241,7 +248,9 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
     combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
     (``splits_backward``) plans and for the even split of one kind (but DualPipe's and
-    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225);
+    DualPipeV's without expert parallelism, whose even split replays its order too, §5.225,
+    and with it where ``SystemConfig.dualpipe_ep_order`` is on, §5.231, their groups then
+    ``pair_layers.dual_pairs``');
     without expert parallelism the same order with the layers' TP and CP communication alone
     (an uneven layout, docs/calibration.md §5.93).
     ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
@@ -252,9 +261,11 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    on = bool(get_system(job.system).dualpipe_ep_order)    # §5.231's switch
     if pairs and job.layout.uniform and (
-            (sched.overlaps_pairs and p.ep > 1) or (not sched.overlaps_pairs and not c.by_kind)):
-        return 0.0, None, None
+            (sched.overlaps_pairs and p.ep > 1 and not on)
+            or (not sched.overlaps_pairs and not c.by_kind)):
+        return 0.0, None, None, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -263,7 +274,7 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
     if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
-        return 0.0, None, None
+        return 0.0, None, None, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -295,10 +306,30 @@ def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
+    dual = dual_pairs(chunk_records(job, None, costs), times, a2a, rc, other) \
+        if sched.overlaps_pairs and on else None
     busy = rank_seconds([chunk_shares(job, rk) for rk in range(len(real))], real)
     busiest = max(range(len(real)), key=busy.__getitem__)
+    if dual is not None:
+        pairs = lambda rank, group: dual(rank, group)[0]    # noqa: E731
+
+    def lone(kind: str, ch: int) -> float:
+        return counts(busiest, ch)[1] * (a2a + (rc if kind == "B" else 0.0))
+
+    def paired(group: tuple) -> float:
+        """A group's exposed all-to-all: ``dual_pairs``', or each pass's ``pair / 2`` a MoE
+        layer (the times' rule without the switch)."""
+        if dual is not None:
+            return dual(busiest, group)[1]
+        return sum(counts(busiest, ch)[1] * (pair / 2 + (rc if k == "B" else 0.0))
+                   for k, ch in group if k != "W")
+    # the busiest rank's own exposed all-to-all on the order (``ep_comm``; Megatron's
+    # combined pairs keep theirs, §5.91)
+    own = None if p.ep_overlap else order_a2a(
+        sched, busiest, p.pp, job.num_microbatches, p.vpp, p.microbatch_group_size, lone,
+        paired)
     return (span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest],
-            (times, pairs))
+            (times, pairs), own)
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,

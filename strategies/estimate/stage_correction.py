@@ -205,7 +205,30 @@ def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     real, real_ranks = real_replay(job, costs)     # the replay ``stage_slack`` reads too
     busy = [x + y for x, y in zip(*real[:2])]
     shift = messages_shift(job, r, [x + y for x, y in zip(*even[:2])], busy)
+    scale, ep = busiest_layers_comm(job, r, busy)
     return corrected(job, r, makespan(even, _free_ranks(job, *even)),
-                     makespan(real, real_ranks), shift,
+                     makespan(real, real_ranks), shift, ep, -ep, scale,
                      offload=m * busiest(busy, stage_offloads(job, costs)))
+
+
+def busiest_layers_comm(job: Job, r: dict[str, Any], busy: list[float]
+                        ) -> tuple[float, float]:
+    """``(comm_scale, ep shift)``: the breakdown's layer communication as the busiest real
+    stage's (largest ``busy``, the first on a tie) rather than the analytic step's slowest
+    kind of rank's: ``tp_comm``/``cp_comm`` scaled to that stage's layers (one layer's
+    ``layer_comm_s`` each micro-batch), and ``ep_comm`` moved by its layers' expert
+    all-to-all beyond ``r``'s, two directions and a recomputed layer's again each
+    (``ep_a2a_s``, ``ep_rc_s``; the order runs no pairs), the step unchanged (the rest is
+    bubble; docs/calibration.md §5.231). ``(1, 0)`` where ``r`` has no layer communication,
+    and for Megatron's combined 1F1B (``ep_overlap``), whose lone passes ``r`` prices."""
+    m, per = job.num_microbatches, float(r.get("layer_comm_s", 0.0))
+    had = float(r["tp_comm"]) + float(r["cp_comm"])
+    if per <= 0.0 or had <= 0.0:
+        return 1.0, 0.0
+    held = m * job.layers_of_stage(max(range(len(busy)), key=busy.__getitem__))
+    scale = held * per / had
+    if job.plan.ep_overlap or float(r.get("ep_a2a_s", 0.0)) <= 0.0:
+        return scale, 0.0
+    layer_ep = 2.0 * float(r["ep_a2a_s"]) + float(r["ep_rc_s"])
+    return scale, (held - had / per) * layer_ep
 

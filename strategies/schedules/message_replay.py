@@ -11,9 +11,11 @@ stream per rank:
   lands, ``t_send`` later (the message lands then);
 * a receive, queued on the same stream after what came before it, ends when the stream reaches
   it or when its message lands, whichever is later; without sequence parallelism its
-  tensor-parallel all-gather (``t_gather``) follows it (taken whole here: the simulator
-  starts it after the previous pass's last tensor-parallel collective, which can hide part of
-  it under that pass's tail);
+  tensor-parallel all-gather (``t_gather``) follows it on the tensor-parallel stream, after
+  the rank's previous all-gather and the previous pass that runs tensor-parallel collectives
+  (a forward or backward: its last layer's closes it, after its all-to-all; a weight-gradient
+  step alone runs none, ``MessageOrder.collective``): DualPipeV's turn on rank ``pp - 1``
+  receives while its chunk-0 forward's last all-reduce runs (docs/calibration.md §5.231);
 * the next pass waits for the last transfer of every exchange before it (``self.wait``).
 
 Passes (a step, or an overlapped group of steps, ``Step.overlap``) last ``seconds(rank,
@@ -22,7 +24,7 @@ members)`` (``analysis.event_seconds``' callback). Scalar; O(actions). Seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable
 
 from strategies.schedules.exchanges import Exchange
@@ -142,13 +144,20 @@ class MessageOrder:
     the ``(rank, members)`` whose seconds it lasts; it writes its end to the ``slots`` of
     the steps it runs), ``(1, rank, ((key, slot), ...))`` an exchange's sends (message
     ``key`` leaves after the step at ``slot``), ``(2, rank, (key, ...))`` its receives.
-    ``slots``/``keys``: how many step ends and messages."""
+    ``slots``/``keys``: how many step ends and messages; ``collective``: which passes run
+    tensor-parallel collectives."""
 
     pp: int
     sigs: tuple[tuple[int, Members], ...]
     ops: tuple[tuple, ...]
     slots: int
     keys: int
+
+    @cached_property
+    def collective(self) -> tuple[bool, ...]:
+        """Whether each kind of pass (``sigs``) runs tensor-parallel collectives: all but
+        a weight-gradient step alone (compute only)."""
+        return tuple([any(k != "W" for k, _ in g) for _, g in self.sigs])
 
 
 @lru_cache(maxsize=128)
@@ -217,6 +226,8 @@ def replay_messages(order: MessageOrder, dur: list, t_send: float,
     ready = [0.0] * pp          # the next pass may start (its waits met)
     stream = [0.0] * pp         # the pp-comm stream is free
     gather = [0.0] * pp         # the tensor-parallel stream's last all-gather ends
+    tp_free = [0.0] * pp        # and the last pass with tensor-parallel collectives
+    collective = order.collective
     first: list[Any] = [None] * pp
     end = [0.0] * pp
     busy = [0.0] * pp
@@ -237,6 +248,8 @@ def replay_messages(order: MessageOrder, dur: list, t_send: float,
             passes[r].append((start, e))
             for q in op[3]:
                 done[q] = e
+            if collective[op[2]]:
+                tp_free[r] = e
         elif kind == 1:                 # an exchange's sends (a batched call: first)
             s = stream[r]
             for k, q in op[2]:
@@ -254,7 +267,7 @@ def replay_messages(order: MessageOrder, dur: list, t_send: float,
                     comm[r].append((max(s, sent[k]), at))
                     s = at
                 if t_gather > 0:
-                    g0 = max(gather[r], s)
+                    g0 = max(gather[r], s, tp_free[r])
                     gather[r] = g0 + t_gather
                     comm[r].append((g0, gather[r]))
                 last = max(last, s, gather[r])
