@@ -51,6 +51,7 @@ ONE_PIPE = [
 ]
 KEYS = ("compute", "tp_comm", "ep_comm", "pp_comm")
 ON = SystemConfig(dualpipe_ep_order=1.0)
+OFF = SystemConfig(dualpipe_ep_order=0.0)
 
 
 def _ids(cases: list) -> list[str]:
@@ -59,7 +60,7 @@ def _ids(cases: list) -> list[str]:
 
 def _job(model, cluster: str, plan: str, on: bool = True):
     job = case_job(model, cluster, plan, 16)
-    return dataclasses.replace(job, system=ON) if on else job
+    return dataclasses.replace(job, system=ON if on else OFF)
 
 
 @pytest.mark.parametrize("model,cluster,plan", ONE_PIPE, ids=_ids(ONE_PIPE))
@@ -70,13 +71,13 @@ def test_step_is_the_contention_free_simulation(model, cluster, plan):
 
 @pytest.mark.parametrize("plan", [f"{MX2},{DP}", f"{MX2},{DV}"])
 def test_switch_off_keeps_the_even_composition_but_not_its_ep_entry(plan):
-    """Off (the default) the even split keeps the even composition's step (mixtral DualPipe
+    """Off (on is the default) the even split keeps the even composition's step (mixtral DualPipe
     1.8171 s, DualPipeV 1.6412 s, against 1.8201 and 1.6291 simulated), which the switch
     moves to the simulation's; ``ep_comm`` is the busiest stage's either way, the step
     unchanged by it (the rest is bubble)."""
     off, on = _job(MIXTRAL, "dgx-h100:1", plan, False), _job(MIXTRAL, "dgx-h100:1", plan)
     e_off, e_on = estimate(off), estimate(on)
-    sim = to_json(simulate(off, network="contention-free"), off)
+    sim = to_json(simulate(on, network="contention-free"), on)
     assert e_on.step_time_s == pytest.approx(sim["step_time_s"], rel=1e-9)
     assert abs(e_off.step_time_s / sim["step_time_s"] - 1.0) > 1e-3
     assert e_off.breakdown_s["ep_comm"] == pytest.approx(

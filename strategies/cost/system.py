@@ -136,9 +136,9 @@ class SystemConfig:
 
     #: 1 where DualPipe's and DualPipeV's even split with expert parallelism is priced on its
     #: order with each pass's own all-to-all (``chunk_correction.a2a_shift``, as an uneven
-    #: layout is: the contention-free simulation to 1e-15 on one pipeline); 0 (default) the
+    #: layout is: the contention-free simulation to 1e-15 on one pipeline; the default); 0: the
     #: even composition's closed form. docs/calibration.md §5.231
-    dualpipe_ep_order: float = 0.0
+    dualpipe_ep_order: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
