@@ -50,7 +50,8 @@ ENV_KEYS = ("DGXNNODES", "DGXNGPU", "MINIBS", "TENSOR_MODEL_PARALLEL", "PIPELINE
             "SEQ_PARALLEL", "FULL_CUDA_GRAPH", "LAYER_CUDA_GRAPH", "MCORE_CUDA_GRAPH",
             "ACT_CKPT_GRANULARITY", "ACT_CKPT_METHOD", "ACT_CKPT_NUM_LAYERS", "USE_DIST_OPTIMIZER",
             "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER", "ASYM_PP_EMBED", "ASYM_PP_LOSS",
-            "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP", "CP_COMM_TYPE")
+            "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP", "CP_COMM_TYPE",
+            "DEFER_EMBEDDING_WGRAD_COMPUTE", "WGRAD_DEFERRAL_LIMIT")
 #: the launch variables read beside ``ENV_KEYS`` for a rack-scale row: v5.1's ``SEGMENT``, the
 #: Slurm segment the job is placed in (``sbatch --segment``: that many nodes, here 4-GPU trays,
 #: in one topology block, one NVL72 rack); nothing in the repository reads it, the launcher does
@@ -383,6 +384,13 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
         "cuda_graph": on(sub, "FULL_CUDA_GRAPH")}
     if on(sub, "FP8_DPA"):
         plan["fp8_attention"] = True
+    # Megatron-Core's deferred output-layer weight gradient (pretrain.py passes the YAML's
+    # model.defer_embedding_wgrad_compute / wgrad_deferral_limit to NeMo's
+    # MegatronCommOverlapCallback; calibration §5.232, §5.234)
+    defer = on(sub, "DEFER_EMBEDDING_WGRAD_COMPUTE")
+    if defer:
+        plan["defer_embedding_wgrad_compute"] = True
+        plan["wgrad_deferral_limit"] = int(switch(sub, "WGRAD_DEFERRAL_LIMIT") or 0)
     layout = pp_layout(MODEL["layers"], pp, vp) if on(sub, "ASYM_PP_EMBED") and on(
         sub, "ASYM_PP_LOSS") else None
     if layout:
@@ -410,6 +418,13 @@ def row(repo: dict[str, Any], sub: dict[str, Any]) -> dict[str, Any]:
     if layout:
         notes.append(f"ASYM_PP_EMBED and ASYM_PP_LOSS: the embedding and the loss each take a "
                      f"layer's slot in the pipeline split (pp_layout {layout}).")
+    if defer:
+        notes.append(f"DEFER_EMBEDDING_WGRAD_COMPUTE=True, WGRAD_DEFERRAL_LIMIT="
+                     f"{plan['wgrad_deferral_limit']}: the last stage keeps the output layer's "
+                     "input and logits' gradient of the first that many micro-batches and runs "
+                     "their weight-gradient GEMMs in the pipeline's drain (Megatron-Core "
+                     "tensor_parallel/layers.py, pipeline_parallel/schedules.py "
+                     "finish_embedding_wgrad_compute).")
     if on(sub, "FP8_PARAM_GATHER"):
         notes.append("FP8_PARAM_GATHER=True: the distributed optimizer all-gathers FP8 weights "
                      "(not read by the reference reader for this source).")

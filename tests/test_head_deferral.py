@@ -39,10 +39,11 @@ def test_the_drain_holds_what_fits_spread_over_the_step() -> None:
     assert np.allclose(got, [0.0, 16e-3 / 8, 16e-3 / 8], rtol=1e-15, atol=0)
 
 
-def _job(pp: int = 4, deferral: float = 0.0, gbs: int = 16, vpp: int = 1):
+def _job(pp: int = 4, deferral: float = 0.0, gbs: int = 16, vpp: int = 1, sp: int = 0):
     m = replace(model_preset("llama3-8b"), num_layers=8, seq_length=2048)
     return make_job(m, cluster_preset("dgx-h100", 1),
-                    parse_plan(f"tp=2,pp={pp},dp={8 // (2 * pp)},mbs=1,gbs={gbs},vpp={vpp}"),
+                    parse_plan(f"tp=2,pp={pp},dp={8 // (2 * pp)},mbs=1,gbs={gbs},vpp={vpp},"
+                               f"sp={sp}"),
                     system=SystemConfig(head_wgrad_deferral=deferral))
 
 
@@ -115,3 +116,39 @@ def test_the_search_arrays_price_it_plan_by_plan() -> None:
                                SystemConfig(head_wgrad_deferral=d))["step_time_s"]
                for d in (0.0, math.inf))
     assert on[0] == off[0] and on[1] < off[1] and on[2] < off[2]
+
+
+def test_the_buffers_memory_is_the_hand_count_on_the_last_stage_only() -> None:
+    """Each deferred micro-batch keeps the output layer's SP-sharded 16-bit input and its
+    16-bit logits' gradient until the drain, which gathers the inputs into two global
+    buffers (Megatron-Core ``tensor_parallel/layers.py``, ``utils.drain_embedding_wgrad_
+    compute``): the last stage's ``output`` activations grow by that, scalar and arrays
+    alike, the simulator's transient with them; no other stage moves."""
+    from strategies.memory.arrays import memory_component_arrays
+    from strategies.memory.scalar import memory_by_stage, memory_components
+    from strategies.memory.stage_stash import transient_activation_bytes
+    from strategies.memory.stack_terms import job_stack_memory
+    for limit, held, sp in ((math.inf, 16, 1), (10.0, 10, 1), (40.0, 16, 1), (10.0, 10, 0)):
+        off, on = _job(sp=sp), _job(deferral=limit, sp=sp)
+        m, p = off.model, off.plan
+        assert (off.num_microbatches, p.tp, p.sp, p.cp) == (16, 2, bool(sp), 1)
+        s, h, v = m.seq_length, m.hidden_size, m.vocab_size
+        # per deferred micro-batch: input 2sbh (/t with SP), logits' gradient 2sbV/t; with
+        # SP the drain's two gathered inputs 2 x 2sbh
+        hand = (held * (2 * s * h / (2 if sp else 1) + 2 * s * v / 2)
+                + (2 * (2 * s * h) if sp else 0))
+        a, b = memory_by_stage(off), memory_by_stage(on)
+        for st in range(p.pp - 1):
+            assert b[st] == a[st]
+        assert b[-1].activations - a[-1].activations == pytest.approx(hand, rel=1e-12)
+        out0, out1 = (memory_components(j, p.pp - 1)["output"] for j in (off, on))
+        assert out1.activations - out0.activations == pytest.approx(hand, rel=1e-12)
+        assert (transient_activation_bytes(on, p.pp - 1)
+                - transient_activation_bytes(off, p.pp - 1)) == pytest.approx(hand, rel=1e-12)
+        # the search's arrays: the same bytes plan by plan (the deferral's system)
+        P = PlanArrays.from_plans([p, p.__class__(**{**p.__dict__, "pp": 1, "dp": 4})])
+        got = [memory_component_arrays(m, P, [p.pp - 1, 0], on.dtype, gpu=on.cluster.gpu,
+                                       **job_stack_memory(j).keywords())[0]["output"]
+               ["activations"] for j in (off, on)]
+        assert got[1][0] - got[0][0] == pytest.approx(hand, rel=1e-12)
+        assert got[1][1] == got[0][1]                    # pp 1: Megatron-Core refuses it

@@ -21,7 +21,7 @@ from strategies.memory.mixer_saved import mixer_saved_delta
 from strategies.memory.offload_saved import (layer_kept_share, resident_layer_bytes,
                                              offloaded_bytes, resident_offload_bytes)
 from strategies.memory.stage_stash import stashed_count
-from strategies.memory.stage_ends import stage_output_bytes
+from strategies.memory.stage_ends import deferral_buffer_bytes, stage_output_bytes
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
                                             own_chunk_peak, stash_frontier_arrays)
 from strategies.memory.te_linear_saved import te_linear_saved_delta
@@ -34,7 +34,9 @@ class RankActivations:
     """The activations of pipeline rank ``stage`` (one per plan) of each plan of ``P``, as
     ``memory_component_arrays`` prices them (its arguments of the same names: ``in_flight``,
     ``pending_w``, ``stash_layers``, ``clamp``, ``remat_named``, ``loss_bytes``,
-    ``act_cache``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``, ``cp_a2a``). ``is_first``/``is_last``: the rank holds
+    ``act_cache``, ``expert_input``, ``te_inputs``, ``mixer_d_inner``, ``cp_a2a``;
+    ``head_deferral``: ``SystemConfig.head_wgrad_deferral``, whose buffers the head's rank
+    holds beside its loss, ``stage_ends.deferral_buffer_bytes``). ``is_first``/``is_last``: the rank holds
     the embedding / the output layer; ``mirrored``: DualPipe's two copies; ``nmb``:
     micro-batches per flush; ``grp``: the interleaved micro-batch group; ``load``: the MoE
     load of the hottest rank (``token_counts.moe_load``); ``content_given``: the caller gave
@@ -46,7 +48,7 @@ class RankActivations:
                  load: Any, *, in_flight=None, pending_w=None, stash_layers=None,
                  content_given: bool = False, clamp=False, remat_named=False, loss_bytes=None,
                  act_cache=None, expert_input=None, te_inputs=None,
-                 mixer_d_inner=None, cp_a2a=False) -> None:
+                 mixer_d_inner=None, cp_a2a=False, head_deferral: float = 0.0) -> None:
         tp, pp, cp, b, v = P.tp, P.pp, P.cp, P.mbs, P.vpp
         sched, rc = P.schedule, P.recompute
         sp, flash = P.sp, P.flash_attn
@@ -68,6 +70,10 @@ class RankActivations:
             loss_bytes = loss_bytes.peak_bytes_at(tp)
         loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
         stashed = attr_by_code(sched, "logits_stashed")
+        # the output layer's deferred weight gradients' buffers (``SystemConfig.
+        # head_wgrad_deferral``; ``stage_ends.deferral_buffer_bytes``), held to the drain
+        defer_buf = (deferral_buffer_bytes(m, s, b, tp, sp, cp, pp, nmb, head_deferral)
+                     if head_deferral else 0.0)
         # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
         # and, with recompute_layers under block, every activation of the layers it does not
         # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
@@ -87,7 +93,7 @@ class RankActivations:
         #: schedule's engine keeps, of one micro-batch's fp32 logits and of the loss's peak
         #: beyond them; whether the schedule stashes the logits
         self.emb_act, self.pipe_out, self.out_one = emb_act, pipe_out, out_one
-        self.loss_extra, self.stashed = loss_extra, stashed
+        self.loss_extra, self.stashed, self.defer_buf = loss_extra, stashed, defer_buf
         self._layer_bytes: dict[ModelSpec, dict] = {}
 
     def per_layer(self, view: ModelSpec) -> dict:
@@ -274,5 +280,6 @@ class RankActivations:
         n_in, n_w = self.at_peak(chunk_act, w_chunk)
         n_in, n_w, layers_act = self.own_chunks(n_in, n_w, chunk_act, w_chunk)
         layers_act = layers_act + n_in * pipe_out
-        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra, 0.0)
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra
+                           + self.defer_buf, 0.0)
         return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act

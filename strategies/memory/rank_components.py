@@ -149,7 +149,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                            content_given=content is not None, clamp=clamp,
                            remat_named=remat_named, loss_bytes=loss_bytes, act_cache=act_cache,
                            expert_input=expert_input, te_inputs=te_inputs,
-                           mixer_d_inner=mixer_d_inner, cp_a2a=a2a | hier)
+                           mixer_d_inner=mixer_d_inner, cp_a2a=a2a | hier,
+                           head_deferral=sy.head_wgrad_deferral)
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
                                     if dispatch_bytes is None else dispatch_bytes)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from strategies.cost.token_counts import ACT_BYTES
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
 
@@ -49,6 +50,34 @@ def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0)
     copy; torchtitan's eager ``F.cross_entropy(x.float())`` 12: docs/memory.md)."""
     s, h, v = seq_len, model.hidden_size, model.vocab_size
     return (4 * s * b * h / np.where(sp, tp, 1) + logit_bytes * s * b * v / tp) / cp
+
+
+def deferral_buffer_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, pp, nmb,
+                          deferral: float):
+    """Bytes the last stage holds for the output layer's deferred weight gradients
+    (``SystemConfig.head_wgrad_deferral``: Megatron-Core's ``defer_embedding_wgrad_compute``
+    with ``wgrad_deferral_limit``, ``cost.head_deferral``; docs/memory.md), per GPU, numbers
+    or arrays. Each of the ``min(nmb, deferral)`` deferred micro-batches of a flush keeps,
+    from its backward to the pipeline's drain, the layer's input ``2sbh`` (``/t`` with SP:
+    ``ColumnParallelLinear.forward`` appends ``input_parallel`` to
+    ``embedding_activation_buffer``) and its 16-bit logits' gradient ``2sbV/t``
+    (``LinearWithGradAccumulationAndAsyncCommunication.backward`` appends ``grad_output`` to
+    ``grad_output_buffer``); with SP the drain gathers the inputs into two more global
+    buffers of ``2sbh`` (``utils.drain_embedding_wgrad_compute``: ``mpu_0``, ``mpu_1``, kept
+    by ``GlobalMemoryBuffer``); all ``/cp``. 0 at ``deferral`` 0 or ``pp`` 1 (Megatron-Core
+    refuses the switch without pipelining).
+
+    >>> m = ModelSpec(name="t", num_layers=2, hidden_size=4, num_attention_heads=1,
+    ...               ffn_hidden_size=8, vocab_size=16, seq_length=8)
+    >>> float(deferral_buffer_bytes(m, 8, 1, 2, True, 1, 2, 5, 3.0))  # 3 x (32 + 128) + 2 x 64
+    608.0
+    """
+    s, h, v = seq_len, model.hidden_size, model.vocab_size
+    sp_on = np.asarray(sp, bool) & (np.asarray(tp) > 1)
+    per_mb = ACT_BYTES * s * b * (h / np.where(sp_on, tp, 1) + v / np.asarray(tp, float))
+    gathered = np.where(sp_on, 2.0 * ACT_BYTES * s * b * h, 0.0)
+    held = np.minimum(np.asarray(nmb, float), deferral)
+    return np.where((held > 0) & (np.asarray(pp) > 1), held * per_mb + gathered, 0.0) / cp
 
 
 def embedding_activation_bytes(job: Job) -> float:

@@ -15,9 +15,9 @@ from strategies.memory.job_layers import job_activation_cache, job_layer_activat
 from strategies.memory.stack_terms import job_stack_memory
 from strategies.memory.layer_terms import layer_wgrad_bytes
 from strategies.memory.recompute_saved import selective_dropped_bytes
-from strategies.memory.stage_ends import (embedding_activation_bytes, holds_embedding,
-                                          holds_head, output_activation_bytes, output_bytes,
-                                          stage_output_activation_bytes)
+from strategies.memory.stage_ends import (deferral_buffer_bytes, embedding_activation_bytes,
+                                          holds_embedding, holds_head, output_activation_bytes,
+                                          output_bytes, stage_output_activation_bytes)
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule
 from strategies.schedules.per_distinct import order_figure
@@ -304,7 +304,9 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     """Bytes held for one micro-batch at a time, on top of the stash: the last stage's loss
     in progress (``output_bytes`` at the stack's ``loss.peak_bytes``; 1F1B/interleaved: its
     last forward is followed at once by that micro-batch's backward; less the fp32 logits
-    the entries of a schedule that stashes them count), and with full recompute one layer's
+    the entries of a schedule that stashes them count; with ``SystemConfig.
+    head_wgrad_deferral`` the deferred output-layer weight gradients' buffers,
+    ``deferral_buffer_bytes``), and with full recompute one layer's
     full working set (the layer being recomputed during its backward), with op recompute
     what that layer did not save."""
     check_stage(job, stage)
@@ -317,6 +319,10 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
                                      job_stack_memory(job).loss_bytes.peak_bytes_at(p.tp)))
         if get_schedule(p.schedule).logits_stashed:
             nbytes -= output_activation_bytes(job)
+        # the output layer's deferred weight gradients' buffers, held to the drain
+        nbytes += float(deferral_buffer_bytes(
+            job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp, p.pp,
+            job.num_microbatches // p.flushes, job_stack_memory(job).system.head_wgrad_deferral))
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds
     if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
         lpc, n, uni = _partial(job, stage)
