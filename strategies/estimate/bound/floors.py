@@ -71,7 +71,7 @@ def group_floor(nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike, passes: Arra
                                                          nodes, B, lat, nic, lat),
                np.where(algo == colls.RING,
                         colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
-                        p * (n - 1) / np.maximum(n, 1) * nbytes / B))
+                        p * (n - 1) / np.maximum(n, 1) * nbytes / B)) + call_latency(n)
     t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
     if cm.profile_of(cl) is not None:
         # a GPU profile's measured collectives within a node (``comm.measured_scale``) may
@@ -82,7 +82,7 @@ def group_floor(nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike, passes: Arra
         r = np.where(np.asarray(passes) == 2,
                      cm.measured_scale("allreduce", nbytes, n, one, cl), r1)
         t = t * np.minimum(r, 1.0)
-    return np.where(n > 1, t + call_latency(n), 0.0)
+    return np.where(n > 1, t, 0.0)
 
 
 def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
@@ -111,9 +111,8 @@ def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
                       / (cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY), 0.0)
     nic = np.where(uniform & (nodes > 1), (n - k) / np.maximum(n, 1) * nbytes * r
                    / (cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY), 0.0)
-    t = min_route_latency(cl) + np.maximum(any_link, np.maximum(fabric, nic))
-    return np.where(n > 1, t * measured_least(cl, "alltoall") + call_latency(n),
-                    0.0)
+    t = min_route_latency(cl) + call_latency(n) + np.maximum(any_link, np.maximum(fabric, nic))
+    return np.where(n > 1, t * measured_least(cl, "alltoall"), 0.0)
 
 
 def p2p_send_floor(cl: Cluster, sc: StageCostArrays, n: np.ndarray,
