@@ -32,8 +32,9 @@ def test_ring_parts_are_the_models(nodes, n, stride):
 @pytest.mark.parametrize("nodes", [2, 3, 8, 64])
 def test_tree_closed_form(nodes):
     """``t_tree = BW·n/((n-1)·e) + 2((k-1)·lat_in + log2i(nodes)·lat_out)`` with the
-    cluster's latencies, plus the call's own (``phase.CALL_LATENCY_S``): at k 8 the bandwidth term is ``2S/k`` over the member's rate, i.e.
-    the ring's ``2(n-1)/n·S/k`` times ``n/(n-1)``."""
+    cluster's latencies, plus the call's own (``phase.CALL_LATENCY_S``): at k 8 the
+    bandwidth term is ``2S/k`` over the member's rate, i.e. the ring's ``2(n-1)/n·S/k``
+    times ``n/(n-1)``."""
     cl = cluster_preset("dgx-h100", nodes)
     n, S = 8 * nodes, 3.0 * 2 ** 22
     lat = 2 * (7 * cl.intra_node_latency + np.floor(np.log2(nodes)) * cl.inter_node_latency)
