@@ -41,6 +41,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.studies.validate import load_cases, validate_cases  # noqa: E402
+from strategies.collectives.phase import call_latency  # noqa: E402
 from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.comm.links import hop_relays  # noqa: E402
@@ -62,7 +63,8 @@ def log2i(x) -> np.ndarray:
 
 def ring_parts(nbytes, n, stride, cl: Cluster):
     """(bandwidth seconds, latency seconds) of the model's all-reduce (``comm.collective_time``):
-    the striped flat ring over ``k > 1`` members per node, a ring otherwise."""
+    the striped flat ring over ``k > 1`` members per node, a ring otherwise; the latency holds
+    the call's own (``phase.call_latency``)."""
     uniform, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
     total = MODEL("allreduce", nbytes, n, stride, cl)
     striped = uniform & (nodes > 1) & (k > 1)
@@ -71,7 +73,8 @@ def ring_parts(nbytes, n, stride, cl: Cluster):
     lat_out = transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, relay)
     lat_striped = 2 * ((nodes - 1) * lat_out + (n - nodes) * cl.intra_node_latency)
     _, lat = cm.group_bandwidth(cl, n, stride)
-    lat_ring = np.where(striped, lat_striped, 2 * (n - 1) * lat)
+    # the steps' latencies and the call's own (``phase.call_latency``, §5.233)
+    lat_ring = np.where(striped, lat_striped, 2 * (n - 1) * lat) + call_latency(n)
     return total - lat_ring, lat_ring
 
 
@@ -84,10 +87,11 @@ def tree_latency(n, stride, cl: Cluster):
 
 def tree_time(nbytes, n, stride, cl: Cluster, eff: float):
     """Seconds of the tree all-reduce alone on its links (``eff``: its efficiency against the
-    ring's bus bandwidth; 1 = physics only, 0.92 = NCCL's)."""
+    ring's bus bandwidth; 1 = physics only, 0.92 = NCCL's), its call's own latency included
+    (``phase.call_latency``, as ``comm.small_allreduce_time`` prices it)."""
     bw, _ = ring_parts(nbytes, n, stride, cl)
     n = np.asarray(n, dtype=float)
-    return bw * n / (np.maximum(n - 1, 1) * eff) + tree_latency(n, stride, cl)
+    return bw * n / (np.maximum(n - 1, 1) * eff) + tree_latency(n, stride, cl) + call_latency(n)
 
 
 def applies(n, stride, cl: Cluster):
@@ -101,7 +105,7 @@ def crossover(n, stride, cl: Cluster, eff: float) -> float:
     """Buffer bytes at which ring and tree take the same time (inf: the tree always wins)."""
     S = 2.0 ** 24
     bw, lr = ring_parts(S, n, stride, cl)
-    lt = tree_latency(n, stride, cl)
+    lt = tree_latency(n, stride, cl) + call_latency(n)
     extra = bw * (n / ((n - 1) * eff) - 1)
     return float(S * (lr - lt) / extra) if extra > 0 else float("inf")
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.simulate import simulate
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.cost import amax
 from strategies.cost import comm as cm
 from strategies.collectives.select import tree_layouts
@@ -30,19 +31,20 @@ QWEN = model_preset("qwen3-30b-a3b")                 # 128 experts, every layer 
 
 def test_tree_latency_and_small_allreduce_closed_forms():
     """Over whole nodes: ``2((k-1)·lat_in + log2(nodes)·lat_out)`` plus the ring's bandwidth
-    term times ``n/(n-1)``; inside one node the ring itself, bit for bit; 0 for one rank."""
+    term times ``n/(n-1)`` plus the call's own latency (``phase.CALL_LATENCY_S``); inside one
+    node the ring itself, bit for bit; 0 for one rank."""
     cl = cluster_preset("dgx-h100", 64)
     li, lo = cl.intra_node_latency, cl.inter_node_latency
     for n, nodes in ((16, 2), (64, 8), (512, 64)):
         assert tree_latency(n, 1, cl) == pytest.approx(
             2 * (7 * li + np.log2(nodes) * lo), rel=1e-12)
         assert cm.small_allreduce_time(0.0, n, 1, cl) == pytest.approx(
-            tree_latency(n, 1, cl), rel=1e-12)
+            tree_latency(n, 1, cl) + CALL, rel=1e-12)
         s = 4096.0
         bw = cm.collective_time("allreduce", s, n, 1, cl) \
             - cm.collective_time("allreduce", 0.0, n, 1, cl)
         assert cm.small_allreduce_time(s, n, 1, cl) == pytest.approx(
-            bw * n / (n - 1) + tree_latency(n, 1, cl), rel=1e-9)
+            bw * n / (n - 1) + tree_latency(n, 1, cl) + CALL, rel=1e-9)
     for n in (2, 4, 8):
         assert cm.small_allreduce_time(1152.0, n, 1, cl) == \
             cm.collective_time("allreduce", 1152.0, n, 1, cl)
@@ -159,7 +161,8 @@ def test_tree_over_groups_spanning_nodes_unevenly():
         bw = cm.collective_time("allreduce", s, n, stride, cl) \
             - cm.collective_time("allreduce", 0.0, n, stride, cl)
         assert cm.small_allreduce_time(s, n, stride, cl) == pytest.approx(
-            min(bw * n / (n - 1) + tree, cm.collective_time("allreduce", s, n, stride, cl)),
+            min(bw * n / (n - 1) + tree + CALL,
+                cm.collective_time("allreduce", s, n, stride, cl)),
             rel=1e-12)
         assert cm.small_allreduce_time(4.0, n, stride, cl) < \
             cm.collective_time("allreduce", 4.0, n, stride, cl)
@@ -177,7 +180,7 @@ def test_tree_over_groups_spanning_nodes_unevenly():
     # the ring over those uneven domains is NCCL's (§5.228: ``nodes-1`` crossings a pass,
     # the other steps at NVLink's latency, the relay's hop added), still five times the tree
     assert cm.collective_time("allreduce", 0.0, 312, 1, nvl) == pytest.approx(
-        2 * (5 * (lo + li) + 306 * li), rel=1e-12)
+        2 * (5 * (lo + li) + 306 * li) + CALL, rel=1e-12)
     assert cm.small_allreduce_time(48.0, 312, 1, nvl) < \
         cm.collective_time("allreduce", 48.0, 312, 1, nvl) / 4
 
@@ -195,6 +198,6 @@ def test_uneven_amax_group_stage_record_and_simulation():
     tree = 2 * (7 * cl.intra_node_latency + 1 * cl.inter_node_latency)
     bw = cm.collective_time("allreduce", 4 * 3 * 4 * 4.0, 12, 1, cl) \
         - cm.collective_time("allreduce", 0.0, 12, 1, cl)
-    assert f * 4 == pytest.approx(bw * 12 / 11 + tree, rel=1e-12)
+    assert f * 4 == pytest.approx(bw * 12 / 11 + tree + CALL, rel=1e-12)
     assert stage_costs(job).layer_fwd - stage_costs(off).layer_fwd == pytest.approx(f, rel=1e-9)
     assert simulate(job).step_time_s > simulate(off).step_time_s

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.errors import SpecError
@@ -87,12 +88,13 @@ def test_closed_form_of_one_layer(mbs: int, seq: int) -> None:
     """One layer's exposed TP seconds under async TP: the overlapped collectives hidden up to
     three forward GEMM windows, at least a quarter of them exposed, the unfused backward
     share whole: ``max(R - U - 3g, (R - U)/4) + U`` with ``R`` the raw TP seconds and
-    ``U = s · n_bwd · t_ar``."""
+    ``U = s · n_bwd · t_ar``; under SP ``t_ar`` is two calls, each its own latency
+    (§5.233)."""
     job = _job(TORCHTITAN, True, mbs, seq)
     r = estimate_arrays(job.model, job.cluster, job.dtype, PlanArrays.of_plan(job.plan),
                         TORCHTITAN)
     sc = r["stage_costs"]
-    t_ar = cm.collective_time("allreduce", sc.tp_bytes, 8, 1, job.cluster)
+    t_ar = cm.collective_time("allreduce", sc.tp_bytes, 8, 1, job.cluster) + CALL
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd
     assert float(sc.tp_per_layer_recompute) == 0.0
     raw = (n_f + n_b) * t_ar

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.simulate import simulate
 from strategies.estimate.bound.floors import a2a_floor
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -63,17 +64,18 @@ def test_bound_below_simulation_on_moe_classes():
 def test_a2a_floor_is_the_closed_form_where_the_group_fills_its_nodes():
     """Members filling whole nodes, NIC-bound: the floor is ``two_level_time``'s NIC term
     at the GPU-NIC link's achievable rate plus the least latency (what the cost model
-    charges alone on the wire); in a node, its NVLink term."""
+    charges alone on the wire) and the call's own (``phase.CALL_LATENCY_S``); in a node,
+    its NVLink term."""
     from strategies.cost import comm as cm
     cl = cluster_preset("dgx-h100", 4)
     S = 2.0**28
     nic = cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY
     lat = min(cl.intra_node_latency, cl.inter_node_latency)
     got = a2a_floor(cl, S, np.array([32.0, 16.0, 8.0]), np.array([1.0, 1.0, 1.0]), 1.0)
-    assert got[0] == pytest.approx(lat + 24 / 32 * S / nic, rel=1e-12)
-    assert got[1] == pytest.approx(lat + 8 / 16 * S / nic, rel=1e-12)
+    assert got[0] == pytest.approx(lat + CALL + 24 / 32 * S / nic, rel=1e-12)
+    assert got[1] == pytest.approx(lat + CALL + 8 / 16 * S / nic, rel=1e-12)
     nv = cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY
-    assert got[2] == pytest.approx(lat + 7 / 8 * S / nv, rel=1e-12)
+    assert got[2] == pytest.approx(lat + CALL + 7 / 8 * S / nv, rel=1e-12)
     model = cm.collective_time("alltoall", S, 32.0, 1.0, cl)
     assert got[0] <= model * (1 + 1e-12)
     assert a2a_floor(cl, S, 1.0, 1.0, 1.0) == 0.0

@@ -107,10 +107,13 @@ def test_estimate_waits_for_the_first_bucket(fw, g, calls):
 
 @pytest.mark.parametrize("fw", ["megatron-core", "nemo"])
 def test_estimate_meets_the_contention_free_simulation(fw):
-    """Estimate and contention-free simulation of the plan within 0.2 % (+0.18 %
-    Megatron-Core, +0.19 % NeMo at 1,024 tokens a sequence, §5.86, §5.88, §5.130; +0.12 /
-    +0.16 % while the estimate priced the buckets as one call, §5.227: the simulation's
-    buckets each pay the ring's latency, the 0.15 ms left is the first bucket's start): both
+    """Estimate and contention-free simulation of the plan within 0.25 % (+0.21 %
+    Megatron-Core, +0.22 % NeMo at 1,024 tokens a sequence, §5.86, §5.88, §5.130; +0.18 /
+    +0.19 % before each collective call paid its own latency, §5.233, which both sides
+    charge per call, their terms equal, the simulation's exposed data-parallel tail 15 us
+    shorter behind the later backward; +0.12 / +0.16 % while the estimate priced the
+    buckets as one call, §5.227: the simulation's buckets each pay the ring's latency,
+    the 0.15 ms left is the first bucket's start): both
     launch the first bucket once the MLP that fills it has its gradients, one layer's
     attention backward (``d``) before that layer's end (§5.192, §5.193; the estimate waited
     ``d`` longer before, +0.42 % / +0.47 %). The simulation's queue then ends the sum of the
@@ -121,7 +124,7 @@ def test_estimate_meets_the_contention_free_simulation(fw):
     c = stage_costs(j)
     d = (1.0 - c.layer_lead_work) * (c.layer_bwd - c.attn_bwd) + c.attn_bwd
     assert 0.0 < e.step_time_s - s.step_time_s < d
-    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.002)
+    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0025)
     recs = s.by_rank(0)
     buckets = sorted((x for x in recs if x.stream == "dp-comm" and x.label.startswith("AR dp")),
                      key=lambda x: x.start)   # the buckets, not the norm's all-reduce (§5.202)

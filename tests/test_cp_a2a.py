@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective
 from simulator.simulate import simulate
@@ -123,7 +124,7 @@ def test_alltoall_alone_in_one_node_and_the_estimates_cp_seconds() -> None:
     S = float(sc.cp_out_bytes)
     assert sc.cp_qkv_parts == pytest.approx((1 / 3, 1 / 3, 1 / 3), rel=1e-15)
     assert float(sc.cp_bytes) == pytest.approx(3 * S, rel=1e-15) and sc.cp_bwd_out == 1.0
-    assert t(S) == pytest.approx(3 / 4 * S / B + cl.intra_node_latency, rel=1e-12)
+    assert t(S) == pytest.approx(3 / 4 * S / B + cl.intra_node_latency + CALL, rel=1e-12)
     c = cp_a2a.COPY_PASSES / 2 * S / sc.copy_rate
     assert t(S) >= 2 * c and sc.copy_rate == usable_hbm(job.cluster.gpu, job.system)
     pass_s = 3 * t(S) - 4 * c + t(S)

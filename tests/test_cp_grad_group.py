@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies import placement
@@ -72,7 +73,8 @@ def test_parts_and_shard_over_dp_times_cp():
 
 def test_reduction_closed_form_estimate_equals_simulation():
     """One DGX H100, tp 2 cp 2 dp 2, no overlap: the gradient all-reduce runs over the 4
-    ranks 2 apart inside the node, a ring alone on NVLink: 2·3/4·B/bw + 2·3·latency, B the
+    ranks 2 apart inside the node, a ring alone on NVLink: 2·3/4·B/bw + 2·3·latency + the
+    call's own (``phase.CALL_LATENCY_S``), B the
     stage's gradient bytes. A tp 2 dp 4 plan reduces over the same shape: the same time, in
     the estimate (bit for bit) and in the simulation (to rounding: the two steps differ)."""
     cp2 = _job(f"tp=2,cp=2,dp=2,pp=1,mbs=1,gbs=4,zero=0,{NO_OVERLAP}")
@@ -82,7 +84,7 @@ def test_reduction_closed_form_estimate_equals_simulation():
     B = sc.grad_bytes * sc.params_by_stage[0]
     bw = cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY
     # and the gradient norm's all-reduce over tp·pp (§5.202), the same for both plans
-    closed = 2 * 3 / 4 * B / bw + 2 * 3 * cl.intra_node_latency + barrier_s(cp2)
+    closed = 2 * 3 / 4 * B / bw + 2 * 3 * cl.intra_node_latency + CALL + barrier_s(cp2)
     e2, e4 = estimate(cp2), estimate(dp4)
     assert e2.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
     assert e4.breakdown_s["dp_comm"] == e2.breakdown_s["dp_comm"]

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.framework import get_profile
@@ -65,7 +66,7 @@ def test_simulated_reduction_is_the_ring_all_reduce():
     assert len(ar) == 1 and not [r for r in recs if r.label.startswith("RS")]
     cl, n = job.cluster, 2
     bw = cl.inter_node_bandwidth_per_gpu * cm.NETWORK_EFFICIENCY / cl.oversubscription
-    ring = 2 * (n - 1) / n * B / bw + 2 * (n - 1) * cl.inter_node_latency
+    ring = 2 * (n - 1) / n * B / bw + 2 * (n - 1) * cl.inter_node_latency + CALL
     assert ar[0].end - ar[0].start == pytest.approx(ring, rel=1e-12)
     assert cm.collective_time("allreduce", B, n, 8, cl) == pytest.approx(ring, rel=1e-12)
 

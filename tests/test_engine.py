@@ -11,6 +11,7 @@ from simulator.engine.core import run
 from simulator.engine.deadlock import DeadlockError, UnmatchedSendError
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.network.cluster_net import SimNetwork
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.collectives.ring import allreduce_time, reduce_scatter_time
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.cluster import cluster_preset
@@ -68,7 +69,8 @@ def test_ring_allreduce_alone_is_the_closed_form(exclusive):
         res = run(progs, net=net)
     else:      # force the flow network: a second channel on the same links
         res = _run_without_shortcut(progs, net)
-    assert res.step_time_s == pytest.approx(allreduce_time(nbytes, 8, NVL, LAT_IN), rel=1e-12)
+    assert res.step_time_s == pytest.approx(CALL + allreduce_time(nbytes, 8, NVL, LAT_IN),
+                                            rel=1e-12)
 
 
 def _run_without_shortcut(progs, net):
@@ -82,11 +84,13 @@ def _run_without_shortcut(progs, net):
 
 
 def test_repeat_scales_bytes_and_latency():
+    """``repeat`` back-to-back calls: each pays its own call latency too."""
     group = [0, 1, 2, 3]
     op = Collective(0, "tp-comm", "reduce_scatter", tuple(group), 8e6, "ring", "tp", "tp", "rs",
                     repeat=3.0)
     res = run({r: _prog(r, tp_comm=[op]) for r in group}, net=_net())
-    assert res.step_time_s == pytest.approx(3 * reduce_scatter_time(8e6, 4, NVL, LAT_IN))
+    assert res.step_time_s == pytest.approx(3 * (CALL + reduce_scatter_time(8e6, 4, NVL, LAT_IN)),
+                                            rel=1e-12)
 
 
 def test_hierarchical_allreduce_closed_form():
@@ -95,7 +99,7 @@ def test_hierarchical_allreduce_closed_form():
     res = run({r: _prog(r, dp_comm=[op]) for r in group}, GRAPH, route)
     # intra reduce-scatter (2 ranks), inter all-reduce of S/2 (2 nodes), intra all-gather;
     # the inter-node rings of local ranks 0 and 1 use different rails
-    want = (reduce_scatter_time(S, 2, NVL, LAT_IN)
+    want = (CALL + reduce_scatter_time(S, 2, NVL, LAT_IN)
             + allreduce_time(S / 2, 2, NIC, LAT_OUT)
             + reduce_scatter_time(S, 2, NVL, LAT_IN))
     assert res.step_time_s == pytest.approx(want, rel=1e-12)
@@ -105,7 +109,7 @@ def test_all_to_all_in_a_node():
     group, S = list(range(4)), 8e6
     op = Collective(0, "ep-comm", "alltoall", tuple(group), S, "all_to_all", "ep", "ep", "a2a")
     res = run({r: _prog(r, ep_comm=[op]) for r in group}, net=_net())
-    assert res.step_time_s == pytest.approx(LAT_IN + 3 / 4 * S / NVL, rel=1e-12)
+    assert res.step_time_s == pytest.approx(CALL + LAT_IN + 3 / 4 * S / NVL, rel=1e-12)
 
 
 def test_contention_slows_both_channels():
@@ -113,7 +117,7 @@ def test_contention_slows_both_channels():
     group, S = list(range(8)), 64e6
     a, b = _coll(0, group, S, tag="tp"), _coll(1, group, S, tag="x", stream="dp-comm")
     res = run({r: _prog(r, tp_comm=[a], dp_comm=[b]) for r in group}, net=_net())
-    alone = allreduce_time(S, 8, NVL, LAT_IN)
+    alone = CALL + allreduce_time(S, 8, NVL, LAT_IN)
     assert res.step_time_s == pytest.approx(alone + 14 * S / 8 / NVL, rel=1e-9)
 
 
@@ -165,7 +169,7 @@ def test_runner_phases_fold_to_issuers():
     runner = CollectiveRunner(net, {0}, lambda r: r // 8, lambda op: False)
     (lat, flows, nbytes), = runner.phases(_coll(0, range(8), 8e6))
     assert flows == [(0, 1)]
-    assert nbytes == pytest.approx(14 * 1e6) and lat == pytest.approx(14 * LAT_IN)
+    assert nbytes == pytest.approx(14 * 1e6) and lat == pytest.approx(CALL + 14 * LAT_IN)
 
 
 def test_the_event_loop_processes_simpy_events_in_order_and_counts_compute_ends():

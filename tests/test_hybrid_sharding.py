@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies import placement
@@ -103,7 +104,7 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     bw, lat = cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY, cl.intra_node_latency
     # and the gradient norm's all-reduce before the optimizer (§5.202)
     closed = (_ring(1, B, 4, bw, lat) + _ring(2, B / 4, 2, bw, lat) + _ring(1, W, 4, bw, lat)
-              + barrier_s(job))
+              + 3 * CALL + barrier_s(job))      # three calls, each its own latency
     e = estimate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
     prog = compile_job(job, ranks=[0])[0]
@@ -116,7 +117,8 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     assert sum(op.nbytes for op in rs) == pytest.approx(B, rel=1e-12)
     assert sum(op.nbytes for op in ar) == pytest.approx(B / 4, rel=1e-12)
     per_call = (sum(_ring(1, op.nbytes, 4, bw, lat) for op in rs + ag)
-                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar) + barrier_s(job))
+                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar) + barrier_s(job)
+                + len(rs + ag + ar) * CALL)       # each call its own latency
     s = simulate(job)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(per_call, rel=1e-9)
     lb = step_time_lower_bound(job.model, cl, job.dtype, PlanArrays.from_plans([job.plan]))

@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies import placement
@@ -113,6 +114,7 @@ def test_closed_form_in_one_node_estimate_and_simulation():
               + _ring(1, w * D, 4, bw, lat)
               + _ring(1, g * E, 2, bw, lat) + _ring(2, g * E / 2, 2, bw, lat)
               + _ring(1, w * E, 2, bw, lat)
+              + 6 * CALL                      # six calls, each its own latency
               + barrier_s(job))   # the gradient norm's all-reduce (§5.202)
     e = estimate(job)
     assert e.breakdown_s["dp_comm"] == pytest.approx(closed, **EXACT)
@@ -132,7 +134,8 @@ def test_closed_form_in_one_node_estimate_and_simulation():
     assert sum(op.nbytes for op in ar_d) == pytest.approx(g * D / 4, rel=1e-12)
     per_call = (sum(_ring(1, op.nbytes, 4, bw, lat) for op in rs_d + ag_d)
                 + sum(_ring(1, op.nbytes, 2, bw, lat) for op in rs_e + ag_e)
-                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar_d + ar_e) + barrier_s(job))
+                + sum(_ring(2, op.nbytes, 2, bw, lat) for op in ar_d + ar_e) + barrier_s(job)
+                + len(rs_d + ag_d + rs_e + ag_e + ar_d + ar_e) * CALL)   # each call's own
     s = simulate(job)
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(per_call, rel=1e-9)
     lb = step_time_lower_bound(job.model, cl, job.dtype, PlanArrays.from_plans([job.plan]))

@@ -134,13 +134,16 @@ def test_estimate_agrees_with_contention_free_simulation(nic_gbps, v):
     if nic_gbps < 50 and v > 2:
         # §5.194 (interleaving), §5.197: every chunk's first forward waits for its gather here
         # and the estimate chains every chunk's (dispatched ``g + rank`` forwards ahead); it is
-        # above the simulation, +0.77 % at v 8 and v 4 (it paces the forwards after a wait at
-        # the warm-up's lock-step pace, where the simulated rank runs the chunk's forwards back
+        # above the simulation, +0.81 % at v 8 and v 4 (+0.77 % before each collective call
+        # paid its own latency, §5.233: 0.47 ms more in the estimate, 0.37 ms in the
+        # simulation, the pipeline fill's share of the added calls; it paces the forwards
+        # after a wait at the warm-up's lock-step pace, where the simulated rank runs the
+        # chunk's forwards back
         # to back: the last rank's chunk v-1 dispatch 0.8 ms late at v 4; calibration §5.197);
         # before §5.197 it priced chunks 0 and 1 alone and was −4.8 % and −3.7 % (tolerance
         # 5.5 %)
         assert s.step_time_s < e.step_time_s
-        assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.008)
+        assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0085)
         return
     assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0055)
 

@@ -120,7 +120,10 @@ def test_one_bucket_tail_in_closed_form():
 @pytest.mark.parametrize("fw", ["megatron-core", "nemo"])
 def test_rule_moves_estimate_and_simulation_together_1f1b(fw):
     """1F1B, pp 2: with the rule the estimate meets the contention-free simulation within
-    0.3 % (+0.227 % Megatron-Core, +0.236 % NeMo; -0.127 / +0.158 % while the estimate
+    0.4 % (+0.338 % Megatron-Core, +0.352 % NeMo; +0.227 / +0.236 % before each collective
+    call paid its own latency, §5.233: the TP terms, 96 calls more under SP, agree on both
+    sides, the estimate's pipeline fill takes +0.128 ms of them where the simulation's bubble
+    takes +0.095 ms; -0.127 / +0.158 % while the estimate
     priced each kind of rank's buckets as one call, §5.227; §5.194: the simulated program gathers
     each stage's buckets at its first forward, and the forward of the layers whose attention
     is in the last gathered bucket (at least the last layer) runs after the whole gather, on
@@ -137,7 +140,7 @@ def test_rule_moves_estimate_and_simulation_together_1f1b(fw):
     on, off = _job(ONE_F_ONE_B, fw), _job(ONE_F_ONE_B, _bucketed_everywhere(fw))
     (e1, s1), (e0, s0) = ((estimate(j).step_time_s,
                            simulate(j, network="contention-free").step_time_s) for j in (on, off))
-    assert e1 == pytest.approx(s1, rel=3e-3)
+    assert e1 == pytest.approx(s1, rel=4e-3)
     assert e1 > e0 and s1 > s0
 
 
@@ -146,7 +149,8 @@ def test_interleaved_plan_meets_the_contention_free_simulation(fw):
     """Interleaved, pp 2, v 2: each chunk but rank 0's first is one bucket (rank 1: two
     calls, one per chunk; rank 0: chunk 1's one call, then chunk 0's 40M or 128 Mi buckets
     and the embedding). The estimate (chunk by chunk, one call each, §5.14) meets the
-    contention-free simulation within 0.2 % (−0.008 % Megatron-Core, +0.137 % NeMo; 0.4 %
+    contention-free simulation within 0.3 % (+0.103 % Megatron-Core, +0.272 % NeMo;
+    −0.008 / +0.137 % before each collective call paid its own latency, §5.233; 0.4 %
     from §5.194, +0.21 % and +0.36 %, until §5.197 paced the warm-up's forwards with their
     exposed TP collectives: the estimate's delay 7.00 → 6.88 ms against the simulated 6.91
     and 6.88 ms; bucketed everywhere the simulation is slower by the extra calls)."""
@@ -165,7 +169,7 @@ def test_interleaved_plan_meets_the_contention_free_simulation(fw):
         _dp_time(j, "reduce_scatter", c.grad_bytes,
                  (c.params_by_stage[0] - c.embedding_params) / 2), rel=1e-12)
     e = estimate(j).step_time_s
-    assert e == pytest.approx(res.step_time_s, rel=2e-3)
+    assert e == pytest.approx(res.step_time_s, rel=3e-3)
     off = simulate(_job(INTERLEAVED, _bucketed_everywhere(fw)), network="contention-free")
     assert abs(e / res.step_time_s - 1) <= abs(e / off.step_time_s - 1)
 

@@ -9,6 +9,7 @@ import pytest
 
 from experiments.nccl_tree import (crossover, log2i, nccl_simple, ring_parts, tree_latency,
                                    tree_time)
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.cost import comm as cm
 from topologies.cluster import cluster_preset
 
@@ -31,15 +32,16 @@ def test_ring_parts_are_the_models(nodes, n, stride):
 @pytest.mark.parametrize("nodes", [2, 3, 8, 64])
 def test_tree_closed_form(nodes):
     """``t_tree = BW·n/((n-1)·e) + 2((k-1)·lat_in + log2i(nodes)·lat_out)`` with the
-    cluster's latencies: at k 8 the bandwidth term is ``2S/k`` over the member's rate, i.e.
-    the ring's ``2(n-1)/n·S/k`` times ``n/(n-1)``."""
+    cluster's latencies, plus the call's own (``phase.CALL_LATENCY_S``): at k 8 the
+    bandwidth term is ``2S/k`` over the member's rate, i.e. the ring's ``2(n-1)/n·S/k``
+    times ``n/(n-1)``."""
     cl = cluster_preset("dgx-h100", nodes)
     n, S = 8 * nodes, 3.0 * 2 ** 22
     lat = 2 * (7 * cl.intra_node_latency + np.floor(np.log2(nodes)) * cl.inter_node_latency)
     assert tree_latency(n, 1, cl) == pytest.approx(lat, rel=1e-12)
     bw, _ = ring_parts(S, n, 1, cl)
     for e in (1.0, 0.92):
-        assert tree_time(S, n, 1, cl, e) == pytest.approx(bw * n / ((n - 1) * e) + lat,
+        assert tree_time(S, n, 1, cl, e) == pytest.approx(bw * n / ((n - 1) * e) + lat + CALL,
                                                           rel=1e-12)
     assert log2i(64) == 6 and log2i(63) == 5 and log2i(1) == 0
 

@@ -14,6 +14,7 @@ from simulator.network.cluster_net import SimNetwork
 from simulator.program.ops import Collective, Program
 from strategies import collectives as colls
 from strategies.collectives import ring
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.collectives.select import uneven_layouts
 from strategies.cost import comm as cm
 from topologies.cluster import cluster_preset
@@ -62,15 +63,16 @@ def test_phase_has_the_thinnest_nodes_channels():
 def test_uneven_ring_alone_is_its_closed_form_and_the_estimate(kind, cluster, relay):
     """Both groups of 6 ranks 2 apart on 8-GPU nodes (4 + 2 and 2 + 4 members): the engine
     alone equals ``uneven_time`` (2 channels; ``k + relay`` chunks on the busiest NVLink
-    port) and the estimate's ``collective_time`` for groups of that shape."""
+    port) and the estimate's ``collective_time`` for groups of that shape, each plus the
+    call's own latency (``phase.CALL_LATENCY_S``)."""
     S, p = 40e6, colls.PASSES[kind]
     lat_out = LAT_OUT + (LAT_IN if relay else 0.0)
     closed = ring.uneven_time(p, S, 6, 2, 2, NVL, LAT_IN, NIC, lat_out, relay)
     assert closed == pytest.approx(p * (5 / 6 * S / 2 * max((2 + relay) / NVL, 1 / NIC)
                                         + lat_out + 4 * LAT_IN), rel=1e-15)
     for group in ((0, 2, 4, 6, 8, 10), (4, 6, 8, 10, 12, 14)):
-        assert _engine(cluster, kind, group, S) == pytest.approx(closed, rel=REL), group
-    assert cm.collective_time(kind, S, 6, 2, cluster) == pytest.approx(closed, rel=REL)
+        assert _engine(cluster, kind, group, S) == pytest.approx(closed + CALL, rel=REL), group
+    assert cm.collective_time(kind, S, 6, 2, cluster) == pytest.approx(closed + CALL, rel=REL)
 
 
 def test_thinner_node_is_slower_and_even_groups_keep_the_striped_ring():
@@ -79,16 +81,16 @@ def test_thinner_node_is_slower_and_even_groups_keep_the_striped_ring():
     S = 256e6
     assert uneven_layouts(12, 1, 8)[1:] == (4.0, 2.0)
     t12 = cm.collective_time("allgather", S, 12, 1, FAT)
-    assert t12 == pytest.approx(ring.uneven_time(1, S, 12, 4, 2, NVL, LAT_IN, NIC, LAT_OUT),
-                                rel=REL)
+    assert t12 == pytest.approx(ring.uneven_time(1, S, 12, 4, 2, NVL, LAT_IN, NIC, LAT_OUT)
+                                + CALL, rel=REL)
     assert _engine(FAT, "allgather", tuple(range(12)), S) == pytest.approx(t12, rel=REL)
     t4 = _engine(FAT, "allgather", (5, 6, 7, 8), S)
-    assert t4 == pytest.approx(ring.uneven_time(1, S, 4, 1, 2, NVL, LAT_IN, NIC, LAT_OUT),
+    assert t4 == pytest.approx(ring.uneven_time(1, S, 4, 1, 2, NVL, LAT_IN, NIC, LAT_OUT) + CALL,
                                rel=REL)
     assert t4 > t12
     assert not uneven_layouts(16, 1, 8)[0]
     assert cm.collective_time("allgather", S, 16, 1, FAT) == pytest.approx(
-        ring.striped_time(1, S, 16, 8, 2, NVL, LAT_IN, NIC, LAT_OUT), rel=REL)
+        ring.striped_time(1, S, 16, 8, 2, NVL, LAT_IN, NIC, LAT_OUT) + CALL, rel=REL)
 
 
 def test_mlperf_405b_dp39_layout():

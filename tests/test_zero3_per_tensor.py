@@ -4,6 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.cost import comm, param_counts
 from strategies.cost.comm.zero3_per_tensor import per_tensor_excess, per_tensor_passes
 from strategies.cost.hbm_rate import usable_hbm
@@ -98,12 +99,13 @@ def test_per_tensor_ring_latency_sums_the_hops():
     """NCCL's tuning model (``src/graph/tuning.cc`` v2.7.8-1, v2.8.4-1: ``(nsteps -
     nInterSteps)·intraLat + nInterSteps·interLat``): 32 ranks on 4 nodes, an empty buffer, take
     28 NVLink steps and 3 network steps (the hop between nodes changes rail on a DGX A100:
-    relayed, one NVLink latency more), not 31 steps at the slowest hop's latency."""
+    relayed, one NVLink latency more), not 31 steps at the slowest hop's latency; each of the
+    10 calls also pays its own latency (``phase.CALL_LATENCY_S``)."""
     cl = cluster_preset("dgx-a100", 4)
     lat_in, lat_out = cl.intra_node_latency, cl.inter_node_latency + cl.intra_node_latency
     want = 28 * lat_in + 3 * lat_out
     assert comm.per_tensor_time(10, 0.0, 32, 1, cl, 0.0, copy_rate=RATE) == \
-        pytest.approx(10 * want, rel=1e-12)
+        pytest.approx(10 * (want + CALL), rel=1e-12)
     assert want < 31 * lat_out
 
 

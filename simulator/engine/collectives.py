@@ -6,8 +6,9 @@ module runs those phases on a ``simulator.network.backend.NetworkBackend``. A ph
 ``steps`` latencies of its slowest hop, then starts its flows together and ends when the last
 one does; with other traffic the flows share links max-min fairly (the ``flows`` backend).
 Alone on the wire a collective takes exactly the closed form its module's ``time`` gives, the
-time the analytic estimate and the lower bound use. ``repeat`` back-to-back calls scale the
-bytes and the latency terms.
+time the analytic estimate and the lower bound use, the call's own latency
+(``phase.CALL_LATENCY_S``, once a call, before its first phase) included. ``repeat``
+back-to-back calls scale the bytes and the latency terms.
 
 ``ring_stepwise`` runs ``simulator.network.stepwise_oracle``'s lock-step ring instead, the test
 oracle (no folding).
@@ -32,6 +33,7 @@ from simulator.network.queue_entry import call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
+from strategies.collectives.phase import CALL_LATENCY_S
 
 STEPWISE = {"allreduce": "ring_allreduce", "reduce_scatter": "ring_reduce_scatter",
             "allgather": "ring_allgather"}
@@ -44,12 +46,14 @@ _min_reduce = np.minimum.reduce    # ``a.min()`` without its Python wrapper (the
 def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable) -> list[RunPhase]:
     """The phases of ``op`` for one call as the engine runs them: the phase's latency (its
     ``steps`` times its slowest hop's latency, plus its ``local_steps`` times its slowest
-    hop's inside a node), the flows the ``issuers`` start, the bytes of
-    each flow."""
+    hop's inside a node; the first phase also the call's own ``CALL_LATENCY_S``), the flows
+    the ``issuers`` start, the bytes of each flow."""
     out = []
-    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale,
-                        op.nvlink_share):
+    for i, ph in enumerate(phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of,
+                                     op.remote_scale, op.nvlink_share)):
         lat = ph.steps * max(starmap(net.latency, ph.flows))   # (a, b) pairs, in order
+        if i == 0:              # the call's own latency, once a call (``phase.call_latency``)
+            lat += CALL_LATENCY_S
         if ph.local_steps:      # NCCL's ring: the steps that stay in a node, at their latency
             lat += ph.local_steps * max(net.latency(a, b) for a, b in ph.flows
                                         if node_of(a) == node_of(b))

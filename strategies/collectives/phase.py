@@ -18,10 +18,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
+from strategies.stacks.profile import LAUNCH_GAP_S
+
 Num = "float | np.ndarray"   # a scalar or an array of plans (closed forms are vectorised)
 KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 # passes over the ring, of n-1 steps each: the one place the per-kind step counts live
 PASSES = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1}
+
+#: Seconds one NCCL collective call takes beyond its ring steps and its bytes, measured: the
+#: intercept of NVIDIA/nccl-tests#123's one-channel ring all-reduce on a DGX A100 (2-8 GPUs,
+#: 8-128 B; least squares over its 7 points, 1.98 us a step; docs/calibration.md §5.229,
+#: ``experiments/nccl_ring_protocol.py``). nccl-tests times calls launched back to back, so
+#: the intercept holds the idle gap at the kernel boundary as well as the kernel's own
+#: fixed cost.
+NCCL_CALL_INTERCEPT_S = 5.56e-6
+#: Seconds every collective call pays once, on top of its steps' latencies and its bytes
+#: (``call_latency``): the intercept less the kernel-boundary gap (``LAUNCH_GAP_S``), which
+#: the stacks' kernel counts already charge where a collective is one of a layer's kernels
+#: (``FrameworkProfile.kernels_per_layer``), so that nothing is counted twice
+#: (docs/calibration.md §5.233). Charged once per call, whatever its phases.
+CALL_LATENCY_S = NCCL_CALL_INTERCEPT_S - LAUNCH_GAP_S
 
 
 def nodes_of(group: Sequence[int], node_of: Callable[[int], int]) -> list[tuple[int, ...]]:
@@ -30,6 +48,13 @@ def nodes_of(group: Sequence[int], node_of: Callable[[int], int]) -> list[tuple[
     for r in group:
         by.setdefault(node_of(r), []).append(r)
     return [tuple(m) for m in by.values()]
+
+
+def call_latency(n: "Num") -> "Num":
+    """Seconds a collective call over ``n`` ranks pays once beyond its steps and bytes:
+    ``CALL_LATENCY_S`` for a group of two or more, 0 for one rank (no call runs).
+    Vectorised."""
+    return np.where(np.asarray(n) > 1, CALL_LATENCY_S, 0.0)[()]
 
 
 def steps(kind: str, n: int) -> int:

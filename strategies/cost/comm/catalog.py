@@ -8,6 +8,7 @@ from typing import ContextManager
 import numpy as np
 
 from strategies.collectives import PASSES, all_to_all, ring
+from strategies.collectives.phase import call_latency
 from strategies.collectives.select import (RING, strided_algorithm, strided_layout,
                                           uneven_layouts)
 from strategies.cost.comm.links import (NVLINK_EFFICIENCY, array_key, exact_key,
@@ -32,16 +33,17 @@ def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
     laid out differently from one group to the next (``mixed``) run ``ring.uneven_time``
     where ``select.uneven_layouts`` knows them (NCCL's channels are the thinnest node's
     members, docs/calibration.md §5.228), else keep the NIC-striped ring of
-    ``group_bandwidth``. Vectorised."""
+    ``group_bandwidth``. Each call also pays ``phase.call_latency`` once (NCCL's per-call
+    cost beyond its steps, docs/calibration.md §5.233). Vectorised."""
     if kind == "alltoall":
         uniform, k, intra, nic, lat2, relay, bw, lat = link_terms(
             kind, n, stride, cluster, remote_scale, nvlink_share)
-        return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, nic, lat2, relay,
-                                                           remote_scale, nvlink_share),
-                        all_to_all.time(nbytes, n, bw, lat))[()]
+        return (np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, nic, lat2,
+                                                            relay, remote_scale, nvlink_share),
+                         all_to_all.time(nbytes, n, bw, lat)) + call_latency(n))[()]
     flat_on, *terms = link_terms(kind, n, stride, cluster)
-    return np.where(flat_on, ring.striped_of(nbytes, terms[:4]),
-                    ring.time_of(nbytes, terms[4:]))[()]
+    return (np.where(flat_on, ring.striped_of(nbytes, terms[:4]),
+                     ring.time_of(nbytes, terms[4:])) + call_latency(n))[()]
 
 
 #: ``link_terms`` of scalar arguments, kept by the cluster's id with the cluster itself

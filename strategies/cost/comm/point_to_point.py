@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.collectives import PASSES, ring
+from strategies.collectives.phase import call_latency
 from strategies.cost.comm.links import NVLINK_EFFICIENCY, hop_rate, hop_relays, nic_rate
 from strategies.cost.comm.profile_scale import measured_scale
 from strategies.cost.token_counts import Num
@@ -17,7 +18,8 @@ def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     ``n = 2``, ``strategies.collectives.ring``): over NVLink when both are in one node, else
     over the network at one GPU's NIC share (every pair of the two stages crosses at once, each
     on its own GPU's NIC). The tied embedding's gradient all-reduce between the first and the
-    last pipeline stage. Vectorised."""
+    last pipeline stage. One call: its own latency too (``phase.call_latency``, as
+    ``collective_time`` charges it). Vectorised."""
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
     # across nodes the two end ranks share a local index (one rail, no relay):
     # ``topologies.routing``'s path rule
@@ -26,7 +28,7 @@ def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     lat = np.where(in_node, cluster.intra_node_latency,
                    transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency,
                                     True, False))
-    return (ring.time(PASSES[kind], nbytes, 2, bw, lat)
+    return ((ring.time(PASSES[kind], nbytes, 2, bw, lat) + call_latency(2))
             * measured_scale(kind, nbytes, 2, in_node, cluster))[()]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.collectives.phase import call_latency
 from strategies.collectives.select import tree_layouts
 from strategies.cost.comm.collective import collective_time
 from strategies.cost.token_counts import Num
@@ -49,5 +50,6 @@ def small_allreduce_time(nbytes: Num, n: Num, stride: Num, cluster: Cluster) -> 
     ring_lat = collective_time("allreduce", 0.0, n, stride, cluster)
     nf = np.asarray(n, dtype=float)
     tree_ok, tree_lat = tree_parts(n, stride, cluster)
-    tree_t = (ring_t - ring_lat) * nf / np.maximum(nf - 1.0, 1.0) + tree_lat
+    # (``ring_lat`` holds the call's own latency, ``phase.call_latency``: the tree pays it too)
+    tree_t = (ring_t - ring_lat) * nf / np.maximum(nf - 1.0, 1.0) + tree_lat + call_latency(n)
     return np.where(nf > 1, np.where(tree_ok, np.minimum(ring_t, tree_t), ring_t), 0.0)[()]

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from strategies import collectives as colls
+from strategies.collectives.phase import call_latency
 from strategies.cost import comm as cm
 from strategies.cost.comm.profile_scale import measured_least
 from strategies.cost.stage import StageCostArrays
@@ -55,7 +56,8 @@ def group_floor(nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike, passes: Arra
     ``k > 1`` members on each of several nodes the striped ring (``ring.striped_time`` at
     those rates, no relay, every step at the least latency). Groups of this shape that
     differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the fastest
-    link rate."""
+    link rate. Plus the call's own latency (``phase.call_latency``), which every call
+    pays."""
     G = cl.gpus_per_node
     n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
     lat, B, nic = min_route_latency(cl), link_rate_cap(cl), nic_rate_cap(cl)
@@ -69,7 +71,7 @@ def group_floor(nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike, passes: Arra
                                                          nodes, B, lat, nic, lat),
                np.where(algo == colls.RING,
                         colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
-                        p * (n - 1) / np.maximum(n, 1) * nbytes / B))
+                        p * (n - 1) / np.maximum(n, 1) * nbytes / B)) + call_latency(n)
     t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
     if cm.profile_of(cl) is not None:
         # a GPU profile's measured collectives within a node (``comm.measured_scale``) may
@@ -99,7 +101,8 @@ def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
     forwarded all-to-all sends between nodes to the member of its own position only
     (``all_to_all.phases``). Every member moves the same, so the busiest GPU-NIC link of a
     node carries at least ``(n-k)/n·r·nbytes`` (``all_to_all.two_level_time``'s NIC term at
-    the link's achievable rate). Plus the least route latency; 0 for ``n < 2``. Vectorised."""
+    the link's achievable rate). Plus the least route latency and the call's own
+    (``phase.call_latency``); 0 for ``n < 2``. Vectorised."""
     n = np.asarray(n, dtype=float)
     uniform, k, nodes = colls.select.strided_layout(n, stride, cl.gpus_per_node)
     r = np.asarray(remote_scale, dtype=float)
@@ -108,7 +111,7 @@ def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
                       / (cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY), 0.0)
     nic = np.where(uniform & (nodes > 1), (n - k) / np.maximum(n, 1) * nbytes * r
                    / (cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY), 0.0)
-    t = min_route_latency(cl) + np.maximum(any_link, np.maximum(fabric, nic))
+    t = min_route_latency(cl) + call_latency(n) + np.maximum(any_link, np.maximum(fabric, nic))
     return np.where(n > 1, t * measured_least(cl, "alltoall"), 0.0)
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from strategies.collectives.phase import call_latency
 from strategies.cost import comm as cm
 from strategies.cost.cp_ring import layer_sm_extra as cp_layer_sm_extra
 from strategies.cost.cp_a2a import layer_waits as a2a_layer_waits
@@ -62,8 +63,11 @@ def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
     reductions beside their weight gradients; with TP overlap under Transformer Engine's
     userbuffers, what the ``sms.tp`` SMs of the row-parallel forward GEMMs' reduce-scatters
     add to those GEMMs (``sm_share.overlap_extra``). Arrays over plans; seconds."""
-    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``)
-    t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
+    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``);
+    # under SP each is an all-gather and a reduce-scatter, the all-reduce's bytes in two
+    # calls: one more call's own latency (``phase.call_latency``, §5.233)
+    t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl) \
+        + np.where(sp, call_latency(tp), 0.0)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
     # MLA's attention runs its column-side collective at its latents' widths: the forward's
