@@ -58,8 +58,10 @@ def flushed_arrays(one: Mapping[str, Any], k: Any, breakdown: tuple[str, ...]
     """An estimate's arrays (``analytic.estimate_arrays``) of plans of ``k`` flushes (an array
     or a number) from those of one flush, as ``estimate.scalar`` composes one plan: the step
     ``flushed_step_s``, the ``breakdown`` keys ``flushed_breakdown``'s way, ``RATE_KEYS``
-    times ``k·T_1/T``, ``num_microbatches`` ``k`` times; every other entry (per-layer and
-    per-message seconds, the stage-cost record) one flush's. Where ``k`` is 1 the figures
+    times ``k·T_1/T`` (``bubble_fraction`` the flushed bubble over the flushed step,
+    ``bubble_share``: the same value without the rescaling's rounding), ``num_microbatches``
+    ``k`` times; every other entry (per-layer and per-message seconds, the stage-cost
+    record) one flush's. Where ``k`` is 1 the figures
     are one flush's bit for bit."""
     k = np.asarray(k, dtype=float)
     t1 = np.asarray(one["step_time_s"], dtype=float)
@@ -72,6 +74,10 @@ def flushed_arrays(one: Mapping[str, Any], k: Any, breakdown: tuple[str, ...]
             out[key] = np.where(k == 1, one[key], k * np.asarray(one[key], dtype=float))
     for key in RATE_KEYS:
         out[key] = np.where(k == 1, one[key], np.asarray(one[key], dtype=float) * scale)
+    if "bubble" in breakdown and "bubble_fraction" in one:    # the one rule, not a rescaling
+        from strategies.estimate.terms.stages import bubble_share
+        out["bubble_fraction"] = np.where(k == 1, one["bubble_fraction"],
+                                          bubble_share(out["bubble"], step))
     out["step_time_s"] = step
     if "num_microbatches" in one:
         out["num_microbatches"] = np.where(k == 1, one["num_microbatches"],
