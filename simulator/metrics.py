@@ -116,12 +116,13 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
     gathers = PARAM_GATHER_PREFIX
+    on_fill = {rank for rank, meta in metas.items() if meta.get("gathers_on_fill_path", False)}
     for r in records:
-        if r.label.startswith(gathers) and not metas.get(r.rank, {}).get(
-                "gathers_on_fill_path", False):
-            ag[r.rank].append(r)
+        rank = r.rank
+        if rank not in on_fill and r.label.startswith(gathers):
+            ag[rank].append(r)
         else:
-            rank, t = r.rank, r.end
+            t = r.end
             if t > end[rank]:
                 end[rank] = t
     for rank, recs in ag.items():
@@ -140,9 +141,26 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
 
 
 # ----------------------------------------------------------------------- breakdown
+def clip(x: list[Interval], lo: float, hi: float) -> list[Interval]:
+    """``intersect(x, [(lo, hi)])`` (``x`` merged and sorted) in one pass: each interval
+    clipped to ``[lo, hi]``, the empty ones dropped, none after the first that reaches ``hi``
+    (the same comparisons, so the same floats)."""
+    out: list[Interval] = []
+    for xa, xb in x:
+        a = lo if lo > xa else xa
+        b = hi if hi < xb else xb
+        if b > a:
+            out.append((a, b))
+        if not xb < hi:
+            break
+    return out
+
+
 def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float], float]:
-    """``(breakdown, overlapped comm seconds)`` of one rank's records over ``[0, step]``."""
-    window = [(0.0, step)]
+    """``(breakdown, overlapped comm seconds)`` of one rank's records over ``[0, step]``.
+    The busy intervals lie in the window, so the overlapped communication is the union of
+    the categories' unions met with them (the same intervals as every record's union
+    clipped to the window, then met: unions and meets only compare and copy endpoints)."""
     busy: dict[str, list] = defaultdict(list)
     comm: dict[str, list] = defaultdict(list)
     for r in records:
@@ -153,18 +171,23 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
     out = {k: 0.0 for k in BREAKDOWN_KEYS}
     all_busy: list[Interval] = []
     for k, iv in busy.items():
-        merged = intersect(union(iv), window)
+        merged = clip(union(iv), 0.0, step)
         out[k] += measure(merged)
         all_busy += merged
     all_busy = union(all_busy)
-    idle = subtract(window, all_busy)
+    idle = subtract([(0.0, step)], all_busy)
+    merged_comm: list[Interval] = []
     for k in PRIORITY:
-        covered = intersect(idle, union(comm.get(k, ())))
+        iv = comm.get(k)
+        if not iv:                  # nothing of this kind: nothing covered, idle unchanged
+            continue
+        merged = union(iv)
+        merged_comm += merged
+        covered = intersect(idle, merged)
         out[k] += measure(covered)
         idle = subtract(idle, covered)
     out["bubble"] = measure(idle)
-    all_comm = union(iv for k in comm for iv in comm[k])
-    return out, measure(intersect(intersect(all_comm, window), all_busy))
+    return out, measure(intersect(union(merged_comm), all_busy))
 
 
 def stage_bubbles(by_stage: list[float]) -> dict[str, float]:

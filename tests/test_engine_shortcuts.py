@@ -16,7 +16,9 @@ import simulator.engine.collectives as collectives
 import simulator.network.flow_table as flow_table
 import simulator.network.flows as flows
 import simulator.network.maxmin as maxmin
-from simulator.metrics import intersect, measure, subtract, union
+from simulator.metrics import (BREAKDOWN_KEYS, COMM_KINDS, COMPUTE_KINDS, PRIORITY, clip,
+                               intersect, measure, rank_breakdown, subtract, union)
+from simulator.result import Record
 from simulator.network.maxmin import max_min_rates
 from simulator.program.ops import Collective, Compute, Recv, Send
 from simulator.simulate import simulate
@@ -274,6 +276,57 @@ def test_interval_algebra_equals_its_plain_form():
         assert intersect(x, [(0.0, 7.3)]) == _intersect(x, [(0.0, 7.3)])
         assert subtract(x, y) == _subtract(x, y)
         assert measure(x) == sum(b - a for a, b in x)
+        assert clip(x, 0.0, 7.3) == _intersect(x, [(0.0, 7.3)])
+        assert clip(x, 2.0, 5.0) == _intersect(x, [(2.0, 5.0)])
+
+
+def _rank_breakdown(records, step):
+    """The breakdown in its plain form: every category's union met with the window."""
+    window = [(0.0, step)]
+    busy, comm = {}, {}
+    for r in records:
+        if r.stream == "compute":
+            busy.setdefault(COMPUTE_KINDS.get(r.kind, "compute"), []).append((r.start, r.end))
+        elif r.kind in COMM_KINDS:
+            comm.setdefault(COMM_KINDS[r.kind], []).append((r.start + r.wait, r.end))
+    out = {k: 0.0 for k in BREAKDOWN_KEYS}
+    all_busy = []
+    for k, iv in busy.items():
+        merged = _intersect(_union(iv), window)
+        out[k] += measure(merged)
+        all_busy += merged
+    all_busy = _union(all_busy)
+    idle = _subtract(window, all_busy)
+    for k in PRIORITY:
+        covered = _intersect(idle, _union(comm.get(k, ())))
+        out[k] += measure(covered)
+        idle = _subtract(idle, covered)
+    out["bubble"] = measure(idle)
+    all_comm = _union([iv for k in comm for iv in comm[k]])
+    return out, measure(_intersect(_intersect(all_comm, window), all_busy))
+
+
+def test_rank_breakdown_equals_its_plain_form():
+    """The breakdown skips absent categories, clips instead of meeting the window and meets
+    the categories' unions with the busy time: the same floats as the plain form, on
+    records that pass the step, touch, are empty or wait past their end."""
+    rng = np.random.default_rng(7)
+    comm = [k for k in COMM_KINDS] + ["other"]
+    compute = list(COMPUTE_KINDS) + ["other"]
+    for _ in range(300):
+        recs = []
+        for _ in range(int(rng.integers(0, 40))):
+            a = float(np.round(rng.uniform(0, 12), 1))
+            b = a + float(np.round(rng.uniform(-0.5, 3), 1))
+            if rng.random() < 0.5:
+                recs.append(Record(0, "compute", str(rng.choice(compute)), "x", 0, 0, a, b, 0,
+                                   0.0, -1, 0.0))
+            else:
+                w = float(rng.choice([0.0, (b - a) / 3, b - a + 1]))
+                recs.append(Record(0, "tp-comm", str(rng.choice(comm)), "x", 0, 0, a, b, 0,
+                                   0.0, -1, w))
+        step = float(rng.choice([10.0, 0.0, np.round(rng.uniform(0, 12), 1)]))
+        assert repr(rank_breakdown(recs, step)) == repr(_rank_breakdown(recs, step))
 
 
 # ----------------------------------------------------------------------- ops

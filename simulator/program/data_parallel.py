@@ -300,10 +300,17 @@ class FillGatherOps:
         nothing dispatched it before (``fill_start``)."""
         n, self.n_forwards = self.n_forwards, self.n_forwards + 1
         if self.at_start:
-            group = self.p.microbatch_group_size or self.p.pp
-            for k in self.fills:
-                at = chunk_dispatch_forward(k, group, self.stage)
-                if (at == n or (at < 0 and n == 0)) and not self.fills[k].ops:
+            # the chunks dispatched before each forward, by its index (a pure function of
+            # the plan and the stage: worked out once), in the chunks' order
+            due = self._memo.get("fill dispatch")
+            if due is None:
+                group = self.p.microbatch_group_size or self.p.pp
+                due = self._memo["fill dispatch"] = {}
+                for k in self.fills:
+                    at = chunk_dispatch_forward(k, group, self.stage)
+                    due.setdefault(max(at, 0), []).append((k, at))
+            for k, at in due.get(n, ()):
+                if not self.fills[k].ops:
                     self.fill_dispatch(k, () if at < 0 else (self.last_compute,))
         fill = self.fills.get(c)
         if fill is None or c in self.fill_first:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from simulator.program.ops import Recv, Send
 from strategies.schedules.exchanges import Exchange
 from strategies.schedules.p2p_streams import stream_of
+from strategies.schedules.placement import Placement
 
 
 class PipelineTransfers:
@@ -56,30 +57,39 @@ class PipelineTransfers:
         receive (and its tensor-parallel gather) is waited for just before the next pass of
         its kind (``take_received``). A ``waited`` call is waited for whole before the next
         pass: its sends and its receives (docs/calibration.md §5.207)."""
-        streams = self.streams      # ``_add`` written out (positional, as ``coll``)
+        streams, produced = self.streams, self.produced    # ``_add`` written out (positional)
         for d, i, c in x.sends:
-            what, dst, name = self._overlapped_lane("send", d, i, c)
+            dst, name = self._overlapped_lane("send", d, i, c)
+            head = "F" if d == "fwd" else "B"
             op_id = self.next_id
-            self.next_id += 1
+            self.next_id = op_id + 1
             if x.waited:
                 self.wait.append(op_id)
-            streams[name].append(Send(op_id, name, dst, self.c.p2p_bytes, d, f"send {what}", i,
-                                      c, tuple(y for y in self.produced[(what[0], i, c)]
-                                               if y is not None)))
+            streams[name].append(Send(op_id, name, dst, self.c.p2p_bytes, d,
+                                      f"send {head}{i}.c{c}", i, c,
+                                      tuple([y for y in produced[(head, i, c)]
+                                             if y is not None])))
         for d, i, c in x.recvs:
-            what, src, name = self._overlapped_lane("recv", d, i, c)
+            src, name = self._overlapped_lane("recv", d, i, c)
+            what = f"{'F' if d == 'fwd' else 'B'}{i}.c{c}"
             r = self.next_id
-            self.next_id += 1
+            self.next_id = r + 1
             streams[name].append(Recv(r, name, src, d, f"recv {what}", i, c, ()))
             self.received.setdefault(d, []).append((r, what, i, c))
         for d in sorted({d for d, _, _ in x.recvs}) if x.waited else ():
             self.take_received(d)
 
-    def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[str, int, str]:
-        """``(pass label, peer rank, stream)`` of one transfer (``kind`` ``"send"`` or
-        ``"recv"``) of an overlapped call: a forward's output goes to the next stage and a
-        backward's to the previous one, each on its ``p2p_streams.stream_of`` lane."""
-        what = f"{'F' if d == 'fwd' else 'B'}{i}.c{c}"
+    def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[int, str]:
+        """``(peer rank, stream)`` of one transfer (``kind`` ``"send"`` or ``"recv"``) of an
+        overlapped call: a forward's output goes to the next stage and a backward's to the
+        previous one, each on its ``p2p_streams.stream_of`` lane. Kept per ``(kind, d, c)``
+        where the schedule keeps the ring's placement (``Placement``: a peer that does not
+        depend on the micro-batch)."""
+        memo = self._memo
+        key = ("p2p lane", kind, d, c)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
         peer = self.group["pp"][self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d,
                                                 kind == "send")]
         name = self._lanes.get((kind, d))
@@ -87,7 +97,11 @@ class PipelineTransfers:
             side = "next" if (d == "fwd") == (kind == "send") else "prev"
             name = self._lanes[(kind, d)] = f"pp-comm {stream_of((kind, side), self.p.pp)}"
             self.streams.setdefault(name, [])
-        return what, peer, name
+        sched = type(self.sched)
+        if sched.virtual_stage is Placement.virtual_stage and \
+                sched.rank_chunk is Placement.rank_chunk:
+            memo[key] = (peer, name)
+        return peer, name
 
     def take_received(self, d: str) -> None:
         """The next pass of kind ``d`` (``"fwd"``, ``"bwd"``) waits for the receives of
