@@ -103,9 +103,10 @@ ONE_CHUNK = [(MIXTRAL, "dgx-h100:1", f"{MX2},layout=Et*5|t*10|t*9|t*8L", 16),
 @pytest.mark.parametrize("model,cluster,plan,gbs", ONE_CHUNK,
                          ids=[f"{m.name}-{p}" for m, _, p, _ in ONE_CHUNK])
 def test_one_chunk_uneven_layer_comm_is_the_busiest_stages(model, cluster, plan, gbs):
-    """1F1B on uneven stages of one chunk (``stage_correction.per_stage``): ``tp_comm`` and
-    ``ep_comm`` are the busiest stage's layers' (before: the analytic step's slowest kind of
-    rank's, mixtral ``Et*5|t*10|t*9|t*8L`` 0.0124 against 0.0156 s and 0.0248 against
-    0.0310 s); the step does not move."""
+    """1F1B on uneven stages of one chunk (``chunk_correction.per_chunk`` since §5.235, whose
+    step ``tests/test_one_chunk_uneven_order.py`` checks on one pipeline): ``tp_comm`` and
+    ``ep_comm`` are the busiest stage's layers' (before §5.231: the analytic step's slowest
+    kind of rank's, mixtral ``Et*5|t*10|t*9|t*8L`` 0.0124 against 0.0156 s and 0.0248
+    against 0.0310 s)."""
     bad = against_simulation(case_job(model, cluster, plan, gbs), ("tp_comm", "ep_comm"))
     assert [k for k in bad if k != "step"] == []

@@ -380,8 +380,13 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     ``per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
-    ``chunk_times``); and every DualPipe and DualPipeV plan, whose messages are counted on
-    its order (``order_messages``, §5.225). ``costs``: the estimate's ``StageCostMemo``."""
+    ``chunk_times``); every DualPipe and DualPipeV plan, whose messages are counted on
+    its order (``order_messages``, §5.225); and an uneven layout of one chunk per rank under
+    a schedule without a split backward (1F1B, DeepSpeed's 1F1B, GPipe), whose layers' own
+    communication (TP, CP, the expert all-to-all) runs in the real order (``a2a_shift``;
+    1F1B then equals its contention-free simulation, docs/calibration.md §5.235). The
+    zero-bubble orders keep ``per_stage`` (``a2a_shift`` prices none of theirs, §5.52).
+    ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.cost.stage.layers import mixes_kinds
     p = job.plan
     sched = get_schedule(p.schedule)
@@ -389,6 +394,8 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
         return True                         # DualPipe, DualPipeV: the order, its messages
     if (p.vpp > 1 or sched.mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r
+    if not job.layout.uniform and not sched.splits_backward:
+        return True                         # one chunk, uneven: the order's layers (§5.235)
     if not mixes_kinds(job.model):
         return False                        # one kind of layer: no by_kind record
     return bool((costs or StageCostMemo(job))().by_kind)

@@ -167,8 +167,8 @@ def _flushed(job: Job, one: Estimate) -> Estimate:
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
     Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
-    or GPU type (``per_stage``). One plan's stage-cost record computed once for the whole
-    estimate (``cost_arrays.kept_records``)."""
+    or GPU type (``per_stage``, ``per_chunk``). One plan's stage-cost record computed once for
+    the whole estimate (``cost_arrays.kept_records``)."""
     with kept_records():
         return _estimate(job)
 

@@ -1,5 +1,6 @@
-"""The scalar estimate's correction for a pipeline whose stages differ (``layers_per_stage``, an
-uneven layout of one chunk per rank, stages on different GPU types): the even plan's analytic
+"""The scalar estimate's correction for a pipeline whose stages differ (stages on different GPU
+types; an uneven layout of one chunk per rank under a split backward, the others taking
+``chunk_correction.per_chunk``, docs/calibration.md §5.235): the even plan's analytic
 step with its compute makespan replaced by the real stages' (``per_stage``), the step rule
 ``corrected`` and the pipeline messages' shift ``messages_shift`` that the per-chunk
 correction (``chunk_correction``) reads too."""
