@@ -43,8 +43,8 @@ def test_step_and_layer_comm_are_the_contention_free_simulation(model, cluster, 
     assert against_simulation(job, ("compute", "tp_comm", "ep_comm")) == []
 
 
-@pytest.mark.parametrize("model,plan,before", [(MIXTRAL, MX_UNEVEN, 1.885477),
-                                               (LLAMA, LL_UNEVEN, 2.141181)])
+@pytest.mark.parametrize("model,plan,before", [(MIXTRAL, MX_UNEVEN, 1.888129),
+                                               (LLAMA, LL_UNEVEN, 2.142070)])
 def test_the_per_stage_path_kept_the_even_composition(model, plan, before, monkeypatch):
     """Routed through ``per_stage`` (the path before), the same plans keep the even
     composition's step, 0.4 % under the simulation: the gap the order closes."""
