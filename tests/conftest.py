@@ -14,8 +14,26 @@ it). ``PARAPLAN_HYPOTHESIS_RANDOM=1`` draws new examples, as in the fuzz profile
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 
 from hypothesis import settings
+
+# Bytecode. Where the environment asks Python for no bytecode (PYTHONDONTWRITEBYTECODE, as on
+# the hosts these sessions run on), every python the suite starts (xdist's workers, the CLI
+# and script subprocesses: ~0.5 CPU s each compiling the stack's modules) and every worker's
+# assertion rewriting of the test files (~10 CPU s) starts from source on every run. The
+# suite keeps its bytecode out of the checkout instead: under one folder of the temporary
+# directory (PYTHONPYCACHEPREFIX, which its subprocesses inherit), nothing written beside the
+# sources. A PYTHONPYCACHEPREFIX already set is kept; PARAPLAN_TEST_BYTECODE=0 leaves the
+# environment as it is.
+if (os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX")
+        and os.environ.get("PARAPLAN_TEST_BYTECODE") != "0"):
+    _prefix = os.path.join(tempfile.gettempdir(), f"paraplan-pycache-{os.getuid()}"
+                           if hasattr(os, "getuid") else "paraplan-pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = _prefix
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix, sys.dont_write_bytecode = _prefix, False
 
 settings.register_profile(
     "paraplan",

@@ -9,18 +9,16 @@ syntax and file round trip; determinism. docs/calibration.md §5.185."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from strategies.collectives.phase import CALL_LATENCY_S as CALL
+from simulator.cli.main import main
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective
 from simulator.simulate import simulate
+from strategies.collectives.phase import CALL_LATENCY_S as CALL
 from strategies.cost import attention_counts, attention_time, comm_bytes, cp_a2a
 from strategies.cost import comm as cm
 from strategies.cost.comm.catalog import NVLINK_EFFICIENCY
@@ -40,7 +38,6 @@ from strategies.framework import get_profile
 from strategies.stacks.comm_rules import cp_exposed_fraction
 from topologies.cluster import cluster_preset
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 L405 = model_preset("llama3-405b")          # 8 KV heads, 128 query heads, head dim 128
 MIB = 2 ** 20
 
@@ -267,7 +264,7 @@ def test_memory_working_set_and_saved_output() -> None:
             w + frag * (stash + rebuilt), rel=1e-9)
 
 
-def test_heads_must_divide_by_cp() -> None:
+def test_heads_must_divide_by_cp(capsys) -> None:
     """Transformer Engine asserts ``num_heads % cp_size == 0`` for Q, K and V on the rank:
     gpt-1.7b's 24 heads at tp 2 (12 a rank) do not split over cp 8; Llama 3 8B's 8 KV heads at
     tp 2 (4) not over cp 8 either, though its 32 query heads (16) would. Refused with field,
@@ -281,28 +278,28 @@ def test_heads_must_divide_by_cp() -> None:
     assert cp_a2a.heads_ok(m8, 8, 1)
     assert list(cp_a2a.heads_ok(m8, np.array([1, 2, 4]), np.array([8, 8, 2]))) == \
         [True, False, True]
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "llama3-8b", "--cluster", "dgx-h100:2", "--plan",
-                        "tp=2,cp=8,gbs=8,cp_comm=a2a"], capture_output=True, text=True, cwd=ROOT)
-    err = r.stderr.strip()
-    assert r.returncode == 2 and len(err.splitlines()) == 1
+    # the CLI in this process (its exit status in a real process: tests/test_cli_errors.py)
+    rc = main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:2", "--plan",
+               "tp=2,cp=8,gbs=8,cp_comm=a2a"])
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
     assert "cp=8" in err and "KV heads 8/2" in err and "num_heads % cp_size" in err
 
 
 @pytest.mark.slow
-def test_search_with_a2a_fixed_keeps_only_divisible_plans() -> None:
+def test_search_with_a2a_fixed_keeps_only_divisible_plans(capsys) -> None:
     """``search --fix cp_comm=a2a``: every candidate's heads divide by its cp (the mask
     applies ``heads_ok``, the rule make_job raises): Llama 3 8B at cp 8 keeps tp 1 only (8
     KV heads: 4 a rank at tp 2). Global batch 32, not the default 1536: the same plans'
     shapes (the mask reads no batch), each simulated with 2 to 32 micro-batches, not 96 to
     1536 (dp 1 or 2, mbs 1 to 8)."""
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "search", "--model",
-                        "llama3-8b", "--cluster", "dgx-h100:2", "--framework", "megatron-core",
-                        "--global-batch", "32", "--fix", "cp=8,cp_comm=a2a", "--json",
-                        "--top", "5"],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    rc = main(["search", "--model", "llama3-8b", "--cluster", "dgx-h100:2", "--framework",
+               "megatron-core", "--global-batch", "32", "--fix", "cp=8,cp_comm=a2a", "--json",
+               "--top", "5"])
+    stdout, stderr = capsys.readouterr()
+    assert rc == 0, stderr
+    out = json.loads(stdout)
     plans = [c["plan"] for c in out["plans"]]
     assert plans and all(p["cp"] == 8 and p["tp"] == 1 and p.get("cp_comm") == "a2a"
                          for p in plans)

@@ -7,14 +7,12 @@ sub-groups; memory; the recomputation rerun; the plan's field, its refusals by n
 round trip and the export; determinism. docs/calibration.md §5.189."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from simulator.cli.main import main
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective
 from simulator.simulate import simulate
@@ -37,7 +35,6 @@ from strategies.presets import model_preset
 from strategies.search.fix_parse import parse_fix
 from topologies.cluster import cluster_preset
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 MIB = 2 ** 20
 G17 = replace(model_preset("gpt-1.7b"), seq_length=16384)   # 24 heads (MHA), head dim 96
 
@@ -237,7 +234,7 @@ def test_recomputed_forward_waits_again(rc: str) -> None:
     assert float(b1) == pytest.approx(float(b0) + a + ring_rerun, rel=1e-12)
 
 
-def test_plan_field_refusals_by_name() -> None:
+def test_plan_field_refusals_by_name(capsys) -> None:
     """``hierarchical_cp`` is required by ``a2a+p2p``, an integer dividing ``cp`` strictly
     between 1 and ``cp``, refused with any other ``cp_comm``, and the all-to-all's heads rule
     holds at ``k`` (gpt-1.7b's 24 heads at tp 2: 12 do not split over 8); a stack stating a
@@ -268,12 +265,12 @@ def test_plan_field_refusals_by_name() -> None:
         _job("tp=2,cp=8,mbs=1,gbs=4,zero=3,cp_comm=a2a+p2p,hierarchical_cp=2",
              framework="torchtitan")
     assert parse_fix("cp_comm=a2a+p2p") == {"cp_comm": "a2a+p2p"}   # the search sizes k
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "estimate", "--model",
-                        "llama3-8b", "--cluster", "dgx-h100:2", "--plan",
-                        "tp=2,cp=8,gbs=8,cp_comm=a2a+p2p,hierarchical_cp=8"],
-                       capture_output=True, text=True, cwd=ROOT)
-    err = r.stderr.strip()
-    assert r.returncode == 2 and len(err.splitlines()) == 1 and "hierarchical_cp=8" in err
+    # the CLI in this process (its exit status in a real process: tests/test_cli_errors.py)
+    rc = main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:2", "--plan",
+               "tp=2,cp=8,gbs=8,cp_comm=a2a+p2p,hierarchical_cp=8"])
+    out, err = capsys.readouterr()
+    err = err.strip()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and "hierarchical_cp=8" in err
 
 
 def test_plan_round_trip_label_and_export(tmp_path) -> None:

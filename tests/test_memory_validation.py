@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import replace
 
@@ -125,11 +124,10 @@ def test_llama3_statements_margins():
             assert r["model_fits"]
 
 
-def test_script_json():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments",
-                                                       "memory_validation.py"), "--json"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
-    data = json.loads(out.stdout)
+def test_script_json(capsys):
+    """``--json``: one JSON object on stdout (the script's ``main`` in this process)."""
+    assert mv.main(["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert set(data) == {"measured", "statements"}
 
 
