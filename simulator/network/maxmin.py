@@ -4,7 +4,9 @@ and a memo of its answers kept for the process (``solved``), shared by every net
 same links: a search simulates plan after plan on one cluster, and the plans of a search meet
 the same sets of concurrent flows again (GPT-3 175B's default search in one process,
 ``python -m simulator.cli search --workers 1``: 16,303 solves, 9,438 with the memo, counted
-with a wrapper around ``max_min_rates``).
+with a wrapper around ``max_min_rates``). A set not in the memo is split (``split_rates``):
+the flows alone on their links in closed form, the others solved apart, memoised apart, with
+the joint solve whenever the parts' levels come near a tie.
 """
 from __future__ import annotations
 
