@@ -4,9 +4,9 @@ and a memo of its answers kept for the process (``solved``), shared by every net
 same links: a search simulates plan after plan on one cluster, and the plans of a search meet
 the same sets of concurrent flows again (GPT-3 175B's default search in one process,
 ``python -m simulator.cli search --workers 1``: 16,303 solves, 9,438 with the memo, counted
-with a wrapper around ``max_min_rates``). A set not in the memo is split (``split_rates``):
-the flows alone on their links in closed form, the others solved apart, memoised apart, with
-the joint solve whenever the parts' levels come near a tie.
+with a wrapper around ``max_min_rates``). ``split_rates`` (off by default, ``SPLIT``) solves a
+set not in the memo in parts: the flows alone on their links in closed form, the others solved
+and memoised apart, with the joint solve whenever the parts' levels come near a tie.
 """
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ TIE_RTOL = 1e-12       # links whose fair shares differ by less are saturated to
 _SOLVED_BYTES = 64 << 20
 _solved: dict[bytes, dict] = {}       # capacity vector (bytes) -> {(hops, links bytes): rates}
 _room = [_SOLVED_BYTES, _SOLVED_BYTES]     # whole sets, shared parts
+# ``max_min_memo`` solves a new set by ``split_rates`` (the same rates): off by default, since
+# the 2,496-GPU MLPerf row ran about 7 % more CPU with it in two pairs of runs while its
+# analogue ran 8 % less (docs/simulator.md, "The 2,496-GPU MLPerf row")
+SPLIT = False
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)`` without its wrapper
 _WORD = 8       # bools per uint64: rows this wide are tested for a crossing word by word
 
@@ -97,13 +101,14 @@ def solved(capacity: np.ndarray) -> dict:
 def max_min_memo(memo: dict, capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     """``max_min_rates(capacity, links)``, looked up in ``memo`` (``solved(capacity)``) first
     and kept there while the memo has room: a pure function of the capacities and the
-    matrix, so the same rates bit for bit. A miss is solved by ``split_rates`` (the flows
-    alone on their links in closed form, the others looked up or solved apart). The array
+    matrix, so the same rates bit for bit. A miss is solved by ``max_min_rates``, or by
+    ``split_rates`` when ``SPLIT`` is set (the same rates). The array
     returned may be the memo's: never written to."""
     key = (links.shape[1], links.dtype.char, links.tobytes())
     rates = memo.get(key)
     if rates is None:
-        rates = split_rates(memo, capacity, links)
+        rates = (split_rates(memo, capacity, links) if SPLIT else
+                 max_min_rates(capacity, links))
         _keep(memo, key, rates, 0)
     return rates
 
