@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "experiments"))
 
 import hgx_moe_twins as hx  # noqa: E402
+from strategies.collectives.phase import CALL_LATENCY_S as CALL  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.reference.cases import case_from_entry  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_expert_reduce_scatter_over_the_nics_is_the_ring_closed_form(pairs):
     """gpt-oss-120b at ep 8 on 8 nodes: 16 local experts of 36 layers (fc1 2880x5760 and fc2
     2880x2880 with their biases) reduce-scattered in bf16 over the 8 ranks of one local index,
     one per node, each on its own NIC: (n-1)/n x bytes / (NIC x NETWORK_EFFICIENCY) + (n-1)
-    latencies; B200's 400 Gb/s takes twice B300's 800 Gb/s less the latencies."""
+    latencies + the call's own (§5.233); B200's 400 Gb/s takes twice B300's 800 Gb/s less the latencies."""
     e = 36 * 16 * (2880 * 5760 + 2880 * 2880 + 5760 + 2880)
     entries = hx._entries()
     for rid in (GPTOSS_B300, GPTOSS_B200):
@@ -69,7 +70,7 @@ def test_expert_reduce_scatter_over_the_nics_is_the_ring_closed_form(pairs):
         cl = case_from_entry(*entries[rid]).job.cluster
         bw = cl.inter_node_bandwidth_per_gpu * cm.NETWORK_EFFICIENCY / cl.oversubscription
         lat = float(cm.group_bandwidth(cl, 8, 8)[1])
-        assert r["RS_e"] == pytest.approx(7 / 8 * 2 * e / bw + 7 * lat, rel=1e-12)
+        assert r["RS_e"] == pytest.approx(7 / 8 * 2 * e / bw + 7 * lat + CALL, rel=1e-12)
         assert r["AG_e"] == pytest.approx(r["RS_e"], rel=1e-12)   # bf16 both ways
     assert pairs[GPTOSS_B200][0]["RS_e"] / pairs[GPTOSS_B300][0]["RS_e"] == \
         pytest.approx(2.0, rel=1e-3)
