@@ -44,6 +44,7 @@ from strategies.cost.gemm_time import gemms_time_fwd  # noqa: E402
 from strategies.cost.split_projections import projection_groups  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
 from strategies.estimate.scalar import plan_arrays  # noqa: E402
+from strategies.estimate.terms.layer_comm import tp_collective_time  # noqa: E402
 
 from experiments.titan_rows import row as titan_row  # noqa: E402
 
@@ -72,7 +73,7 @@ def raw_tp(case) -> tuple[float, float]:
     P = plan_arrays(j.plan)
     r = estimate_arrays(j.model, j.cluster, j.dtype, P, j.framework, j.system)
     sc = r["stage_costs"]
-    t_ar = cm.collective_time("allreduce", sc.tp_bytes, P.tp, 1, j.cluster)
+    t_ar = tp_collective_time(sc, j.cluster, P.tp, P.sp)
     n = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     u = sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd * t_ar
     return _f(n * t_ar), _f(u)

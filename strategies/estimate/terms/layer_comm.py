@@ -54,6 +54,15 @@ def attn_saved(sc: StageCostArrays, sp: Any, t: Callable[[str, Any], Any]) -> An
     return fwd + np.where(sc.rd_bytes > 0, 0.0, bwd)
 
 
+def tp_collective_time(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any) -> Any:
+    """One of a layer's tensor-parallel collectives, contention-free seconds: the all-reduce
+    of ``sc.tp_bytes`` over ``tp``; under sequence parallelism (``sp``) an all-gather and a
+    reduce-scatter, the all-reduce's bytes in two calls, so one more call's own latency
+    (``phase.call_latency``, §5.233). Arrays over plans."""
+    return cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl) \
+        + np.where(sp, call_latency(tp), 0.0)
+
+
 def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
                rc: Any, sms: WindowSMs = NO_SMS) -> tuple[Any, Any]:
     """A layer's exposed tensor-parallel seconds per micro-batch and the count ``n_tp`` of its
@@ -63,11 +72,8 @@ def tp_exposed(sc: StageCostArrays, cl: Cluster, tp: Any, sp: Any, tpo: Any,
     reductions beside their weight gradients; with TP overlap under Transformer Engine's
     userbuffers, what the ``sms.tp`` SMs of the row-parallel forward GEMMs' reduce-scatters
     add to those GEMMs (``sm_share.overlap_extra``). Arrays over plans; seconds."""
-    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``);
-    # under SP each is an all-gather and a reduce-scatter, the all-reduce's bytes in two
-    # calls: one more call's own latency (``phase.call_latency``, §5.233)
-    t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl) \
-        + np.where(sp, call_latency(tp), 0.0)
+    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``)
+    t_ar = tp_collective_time(sc, cl, tp, sp)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
     # MLA's attention runs its column-side collective at its latents' widths: the forward's
