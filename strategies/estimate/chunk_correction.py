@@ -228,7 +228,7 @@ def order_slack(job: Job, costs: StageCostMemo) -> tuple[float, float, float] | 
 
 def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
                costs: StageCostMemo | None = None
-               ) -> tuple[float, float | None, tuple | None]:
+               ) -> tuple[float, float | None, tuple | None, float | None]:
     """(Seconds, the busiest real rank's layers per micro-batch at its chunks'
     ``chunk_shares``, the ``(chunk times, pair seconds)`` the order ran with, and that
     rank's own exposed all-to-all seconds on the order (``order_a2a``; None with
