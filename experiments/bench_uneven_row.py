@@ -17,12 +17,11 @@ to keep outputs bit for bit. ``--solver`` times the max-min solver alone: the an
 sequence of ``maxmin.max_min_memo`` calls (each flow set the flow network had not rated
 before, in order) is recorded once in this process and replayed through each tree's
 ``simulator/network/maxmin.py`` alternately (a fresh process-wide memo each pass), with the
-count of answers that differ from this tree's in the run (``--split``: this tree's replay with
-``maxmin.SPLIT`` set, the split solve, off by default). Asserts nothing.
+count of answers that differ from this tree's in the run. Asserts nothing.
 
     python experiments/bench_uneven_row.py
     python experiments/bench_uneven_row.py --other /tmp/before --rounds 3
-    python experiments/bench_uneven_row.py --solver --split --other /tmp/before --rounds 3
+    python experiments/bench_uneven_row.py --solver --other /tmp/before --rounds 3
     python experiments/bench_uneven_row.py --case row
 """
 from __future__ import annotations
@@ -107,7 +106,7 @@ def record_solves() -> tuple:
     return caps[0], calls
 
 
-def time_solver(trees: list, rounds: int, split: bool = False) -> None:
+def time_solver(trees: list, rounds: int) -> None:
     """Replay the analogue's solves through each tree's ``maxmin`` (CPU seconds a pass)."""
     capacity, calls = record_solves()
     mods = {}
@@ -116,8 +115,6 @@ def time_solver(trees: list, rounds: int, split: bool = False) -> None:
             f"maxmin_{name}", tree / "simulator" / "network" / "maxmin.py")
         mods[name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mods[name])
-    if split:
-        mods["this"].SPLIT = True
     cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
     for k in range(rounds):
         for name, _ in (trees if k % 2 == 0 else trees[::-1]):
@@ -144,14 +141,12 @@ def main() -> None:
     ap.add_argument("--case", choices=("analogue", "row"), default="analogue")
     ap.add_argument("--other", type=Path, default=None, help="another checkout, timed alternately")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--split", action="store_true",
-                    help="with --solver: replay this tree's solver with maxmin.SPLIT set")
     ap.add_argument("--solver", action="store_true",
                     help="time the max-min solver alone on the analogue's recorded flow sets")
     a = ap.parse_args()
     trees = [("this", ROOT)] + ([("other", a.other.resolve())] if a.other else [])
     if a.solver:
-        time_solver(trees, a.rounds, a.split)
+        time_solver(trees, a.rounds)
         return
     cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
     for k in range(a.rounds):

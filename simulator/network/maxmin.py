@@ -4,9 +4,7 @@ and a memo of its answers kept for the process (``solved``), shared by every net
 same links: a search simulates plan after plan on one cluster, and the plans of a search meet
 the same sets of concurrent flows again (GPT-3 175B's default search in one process,
 ``python -m simulator.cli search --workers 1``: 16,303 solves, 9,438 with the memo, counted
-with a wrapper around ``max_min_rates``). ``split_rates`` (off by default, ``SPLIT``) solves a
-set not in the memo in parts: the flows alone on their links in closed form, the others solved
-and memoised apart, with the joint solve whenever the parts' levels come near a tie.
+with a wrapper around ``max_min_rates``).
 """
 from __future__ import annotations
 
@@ -15,17 +13,10 @@ from functools import partial
 import numpy as np
 
 TIE_RTOL = 1e-12       # links whose fair shares differ by less are saturated together
-# ``solved``: bytes of keys (flow sets' link matrices) and rates the process-wide memo may
-# still take, for whole sets and for the shared parts ``split_rates`` solves apart (a budget
-# each: a long unfolded step meets more distinct whole sets than the first budget holds, and
-# its parts, which repeat, would otherwise find it spent)
+# ``solved``: bytes of keys (flow sets' link matrices) the process-wide memo may still take
 _SOLVED_BYTES = 64 << 20
 _solved: dict[bytes, dict] = {}       # capacity vector (bytes) -> {(hops, links bytes): rates}
-_room = [_SOLVED_BYTES, _SOLVED_BYTES]     # whole sets, shared parts
-# ``max_min_memo`` solves a new set by ``split_rates`` (the same rates): off by default, since
-# the 2,496-GPU MLPerf row ran about 7 % more CPU with it in two pairs of runs while its
-# analogue ran 8 % less (docs/simulator.md, "The 2,496-GPU MLPerf row")
-SPLIT = False
+_room = [_SOLVED_BYTES]
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)`` without its wrapper
 _WORD = 8       # bools per uint64: rows this wide are tested for a crossing word by word
 
@@ -101,62 +92,20 @@ def solved(capacity: np.ndarray) -> dict:
 def max_min_memo(memo: dict, capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     """``max_min_rates(capacity, links)``, looked up in ``memo`` (``solved(capacity)``) first
     and kept there while the memo has room: a pure function of the capacities and the
-    matrix, so the same rates bit for bit. A miss is solved by ``max_min_rates``, or by
-    ``split_rates`` when ``SPLIT`` is set (the same rates). The array
-    returned may be the memo's: never written to."""
+    matrix, so the same rates bit for bit. The array returned may be the memo's: never
+    written to."""
     key = (links.shape[1], links.dtype.char, links.tobytes())
     rates = memo.get(key)
     if rates is None:
-        rates = (split_rates(memo, capacity, links) if SPLIT else
-                 max_min_rates(capacity, links))
-        _keep(memo, key, rates, 0)
+        rates = max_min_rates(capacity, links)
+        room = _room[0] - len(key[2]) - rates.nbytes
+        if room >= 0:
+            _room[0] = room
+            memo[key] = rates
     return rates
 
 
 def forget() -> None:
-    """Empty the process-wide memo and restore its budgets (benchmarks: a cold start)."""
+    """Empty the process-wide memo and restore its budget (benchmarks: a cold start)."""
     _solved.clear()
-    _room[:] = [_SOLVED_BYTES, _SOLVED_BYTES]
-
-
-def _keep(memo: dict, key: tuple, rates: np.ndarray, budget: int) -> None:
-    room = _room[budget] - len(key[2]) - rates.nbytes
-    if room >= 0:
-        _room[budget] = room
-        memo[key] = rates
-
-
-def split_rates(memo: dict, capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
-    """``max_min_rates(capacity, links)`` bit for bit, the flows alone on every link they
-    cross set apart: such a flow's rate is its route's least capacity (progressive filling
-    saturates that link at ``capacity / 1`` and no other flow touches its links), the others'
-    are ``max_min_rates`` of their rows alone, looked up in ``memo`` by those rows first. On
-    a large unfolded step most flows are alone and the rest's sets repeat where the whole
-    sets do not (docs/simulator.md, "Speed": the 2,496-GPU MLPerf row's analogue).
-
-    The parts' rates equal the joint ones unless a level of one part lies within
-    ``TIE_RTOL`` of a different level of another (the joint rounds would then saturate both at
-    the lower one): every pair of adjacent distinct levels is checked, and a set that fails
-    is solved jointly, so the answer is always ``max_min_rates``'."""
-    cols = np.ascontiguousarray(links.T, dtype=np.intp)     # (hops, flows): fast reductions
-    count = np.bincount(cols.ravel(), minlength=capacity.shape[0])     # flows per link
-    count[-1] = 0                             # the padding link
-    alone = np.maximum.reduce(count[cols], axis=0) <= 1
-    if not alone.any():
-        return max_min_rates(capacity, links)
-    rates = np.minimum.reduce(capacity[cols], axis=0)     # each flow's least capacity
-    if not alone.all():
-        shared = ~alone
-        rows = links[shared]
-        key = (rows.shape[1], rows.dtype.char, rows.tobytes())
-        rest = memo.get(key)
-        if rest is None:
-            rest = max_min_rates(capacity, rows)
-            _keep(memo, key, rest, 1)
-        rates[shared] = rest
-    levels = rates.copy()
-    levels.sort()
-    low, high = levels[:-1], levels[1:]
-    if ((high != low) & (high <= low * (1.0 + TIE_RTOL))).any():
-        return max_min_rates(capacity, links)
-    return rates
+    _room[0] = _SOLVED_BYTES
